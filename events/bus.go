@@ -1,0 +1,169 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bus publishes validated events to the log. Every service owns its own Bus
+// over its own connection; a Bus is safe for concurrent use.
+type Bus struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	codec *Codec
+}
+
+// NewBus returns a bus over nc that validates every event with codec.
+func NewBus(nc *nats.Conn, codec *Codec, opts ...jetstream.JetStreamOpt) (*Bus, error) {
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Bus{nc: nc, js: js, codec: codec}, nil
+}
+
+// Conn is the bus's NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the bus's JetStream context.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Codec is the bus's codec.
+func (b *Bus) Codec() *Codec { return b.codec }
+
+// PublishOption adjusts one publish.
+type PublishOption interface{ apply(*nats.Msg) }
+
+// ExpectLastSubjectSeq makes the publish succeed only if the last message on
+// Subject (which may be a wildcard, e.g. heed.confirm.<id>.>) has sequence
+// Seq (0: no message yet). It is JetStream's optimistic concurrency: of
+// several publishers racing on the same expectation exactly one wins.
+type ExpectLastSubjectSeq struct {
+	Subject string
+	Seq     uint64
+}
+
+func (o ExpectLastSubjectSeq) apply(m *nats.Msg) {
+	m.Header.Set("Nats-Expected-Last-Subject-Sequence", strconv.FormatUint(o.Seq, 10))
+	if o.Subject != "" {
+		m.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", o.Subject)
+	}
+}
+
+// PurgeSchedule removes a pending server-side schedule (see Schedule) in the
+// same atomic write as the event, e.g. an answer cancelling its deadline.
+type PurgeSchedule struct{ Subject string }
+
+func (o PurgeSchedule) apply(m *nats.Msg) {
+	m.Header.Set("Nats-Scheduler", o.Subject)
+	m.Header.Set("Nats-Schedule-Next", "purge")
+}
+
+// Publish validates ev, writes it to the log and waits for the stream's
+// acknowledgement. A duplicate id is not an error: the returned ack has
+// Duplicate set and the event is stored once.
+func (b *Bus) Publish(ctx context.Context, ev *Event, opts ...PublishOption) (*jetstream.PubAck, error) {
+	msg, err := b.codec.Encode(ev)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o.apply(msg)
+	}
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, classifyPublishError(msg.Subject, err)
+	}
+	return ack, nil
+}
+
+// PublishAsync validates ev and starts writing it; the future resolves
+// with the stream's acknowledgement.
+func (b *Bus) PublishAsync(ev *Event, opts ...PublishOption) (jetstream.PubAckFuture, error) {
+	msg, err := b.codec.Encode(ev)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o.apply(msg)
+	}
+	f, err := b.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, classifyPublishError(msg.Subject, err)
+	}
+	return f, nil
+}
+
+// PublishAll publishes events concurrently and waits for every ack.
+func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
+	switch len(evs) {
+	case 0:
+		return nil
+	case 1:
+		_, err := b.Publish(ctx, &evs[0])
+		return err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	for i := range evs {
+		f, err := b.PublishAsync(&evs[i])
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return classifyPublishError(SubjectOf(&evs[i]), err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Schedule stores ev in the log now as a server-side message schedule on
+// scheduleSubject; at time at the server publishes ev to its own subject.
+// The deadline lives in the stream, so it survives every process restart and
+// costs no goroutine. A later Schedule on the same subject replaces it.
+func (b *Bus) Schedule(ctx context.Context, ev *Event, scheduleSubject string, at time.Time) (*jetstream.PubAck, error) {
+	msg, err := b.codec.Encode(ev)
+	if err != nil {
+		return nil, err
+	}
+	target := msg.Subject
+	msg.Subject = scheduleSubject
+	msg.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set("Nats-Schedule-Target", target)
+	msg.Header.Set(HeaderMsgID, "sched:"+ev.ID())
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, classifyPublishError(scheduleSubject, err)
+	}
+	return ack, nil
+}
+
+func classifyPublishError(subject string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			return &Error{Code: CodeConflict, Message: fmt.Sprintf("publish %s: %s", subject, apiErr.Description), Err: err}
+		}
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("publish %s: %s", subject, apiErr.Description), Err: err}
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("publish %s: no stream captures this subject (is heed provisioned?)", subject), Err: err}
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("publish %s: %v", subject, err), Err: err}
+}

@@ -1,0 +1,345 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/nats-io/nats.go"
+)
+
+// Wire format: the CloudEvents NATS protocol binding, binary content mode.
+// Attributes travel as message headers named "ce-<attribute>" with values
+// percent-encoded as the binding requires; data is the JSON payload;
+// datacontenttype is the Content-Type header. Nats-Msg-Id carries the event
+// id, so JetStream drops a republished event inside the duplicate window.
+// Structured mode (Content-Type: application/cloudevents+json) is accepted on
+// consume so that any CloudEvents library can publish to heed.
+const (
+	HeaderPrefix          = "ce-"
+	HeaderContentType     = "Content-Type"
+	HeaderMsgID           = "Nats-Msg-Id"
+	ContentTypeJSON       = "application/json"
+	ContentTypeStructured = "application/cloudevents+json"
+	SpecVersion           = "1.0"
+
+	// MaxEventBytes bounds an event's data; NATS' default max payload is 1 MiB.
+	MaxEventBytes = 900 * 1024
+)
+
+// Event is the in-memory event: sdk-go's CloudEvents type.
+type Event = event.Event
+
+// Codec encodes events to NATS messages and decodes and validates messages
+// into events. It is safe for concurrent use.
+type Codec struct {
+	v *Validator
+}
+
+// NewCodec returns a codec that validates with v.
+func NewCodec(v *Validator) *Codec { return &Codec{v: v} }
+
+// Validator returns the codec's validator.
+func (c *Codec) Validator() *Validator { return c.v }
+
+// NewEvent builds an event of type t about aggregate id with the given
+// event id, source and data (marshalled to JSON). It does not validate.
+func NewEvent(t Type, aggregateID, eventID, source string, data any) (Event, error) {
+	ev := event.New(SpecVersion)
+	ev.SetID(eventID)
+	ev.SetType(string(t))
+	ev.SetSource(source)
+	ev.SetSubject(aggregateID)
+	ev.SetTime(time.Now().UTC())
+	if data != nil {
+		raw, ok := data.(json.RawMessage)
+		if !ok {
+			b, err := json.Marshal(data)
+			if err != nil {
+				return ev, fmt.Errorf("marshal %s data: %w", t, err)
+			}
+			raw = b
+		}
+		ev.SetDataContentType(ContentTypeJSON)
+		ev.DataEncoded = raw
+	}
+	return ev, nil
+}
+
+// SubjectOf returns the NATS subject of ev.
+func SubjectOf(ev *Event) string {
+	return Type(ev.Type()).Subject(ev.Subject())
+}
+
+// Check validates ev's attributes, id, type and data against the contract.
+func (c *Codec) Check(ev *Event) error {
+	if err := checkAttributes(ev); err != nil {
+		return err
+	}
+	t := Type(ev.Type())
+	if !t.Known() {
+		return Errorf(CodeUnknownType, "unknown event type %q (see docs/EVENTS.md)", t)
+	}
+	if !ValidID(ev.Subject()) {
+		return Errorf(CodeInvalidID, "ce-subject %q is not a valid aggregate id (letters, digits, '-', '_'; at most %d)", ev.Subject(), MaxIDLength)
+	}
+	if ct := ev.DataMediaType(); ct != "" && ct != ContentTypeJSON {
+		return Errorf(CodeSchemaViolation, "%s: datacontenttype %q is not %s", t, ct, ContentTypeJSON)
+	}
+	if len(ev.DataEncoded) > MaxEventBytes {
+		return Errorf(CodeTooLarge, "%s: data is %d bytes, more than %d", t, len(ev.DataEncoded), MaxEventBytes)
+	}
+	return c.v.Validate(t, ev.DataEncoded)
+}
+
+func checkAttributes(ev *Event) error {
+	var missing []string
+	if ev.SpecVersion() == "" {
+		missing = append(missing, "specversion")
+	}
+	if ev.ID() == "" {
+		missing = append(missing, "id")
+	}
+	if ev.Source() == "" {
+		missing = append(missing, "source")
+	}
+	if ev.Type() == "" {
+		missing = append(missing, "type")
+	}
+	if ev.Subject() == "" {
+		missing = append(missing, "subject (the aggregate id)")
+	}
+	if len(missing) > 0 {
+		return Errorf(CodeMissingAttribute, "missing CloudEvents attribute(s): %s", strings.Join(missing, ", "))
+	}
+	if ev.SpecVersion() != SpecVersion {
+		return Errorf(CodeMissingAttribute, "specversion %q is not supported (want %s)", ev.SpecVersion(), SpecVersion)
+	}
+	return nil
+}
+
+// Encode validates ev and returns it as a binary-mode NATS message on its
+// subject. Invalid events are refused with an *Error.
+func (c *Codec) Encode(ev *Event) (*nats.Msg, error) {
+	if err := c.Check(ev); err != nil {
+		return nil, err
+	}
+	return EncodeUnchecked(ev)
+}
+
+// EncodeUnchecked encodes without validation (tests and tools that need to
+// produce bad input deliberately).
+func EncodeUnchecked(ev *Event) (*nats.Msg, error) {
+	h := make(nats.Header, 8)
+	set := func(name, value string) {
+		if value != "" {
+			h[HeaderPrefix+name] = []string{percentEncode(value)}
+		}
+	}
+	set("specversion", ev.SpecVersion())
+	set("id", ev.ID())
+	set("source", ev.Source())
+	set("type", ev.Type())
+	set("subject", ev.Subject())
+	if t := ev.Time(); !t.IsZero() {
+		set("time", t.UTC().Format(time.RFC3339Nano))
+	}
+	set("dataschema", ev.DataSchema())
+	for name, v := range ev.Extensions() {
+		s, err := types.Format(v)
+		if err != nil {
+			return nil, fmt.Errorf("extension %s: %w", name, err)
+		}
+		set(name, s)
+	}
+	if ct := ev.DataContentType(); ct != "" {
+		h[HeaderContentType] = []string{ct}
+	}
+	h[HeaderMsgID] = []string{ev.ID()}
+	return &nats.Msg{Subject: SubjectOf(ev), Header: h, Data: ev.DataEncoded}, nil
+}
+
+// Decode turns a message into a validated event. Every failure is an *Error
+// whose code says what is wrong; the message text is meant for people.
+func (c *Codec) Decode(msg *nats.Msg) (*Event, error) {
+	ev, err := decodeWire(msg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Check(ev); err != nil {
+		return nil, err
+	}
+	if want := SubjectOf(ev); want != msg.Subject {
+		return nil, Errorf(CodeSubjectMismatch, "event of type %s about %q belongs on subject %s, not %s", ev.Type(), ev.Subject(), want, msg.Subject)
+	}
+	return ev, nil
+}
+
+// DecodeStored decodes a message read back from the log. An event
+// published without ce-time takes the time the stream stored it, which is
+// itself part of the log, so projections stay deterministic.
+func (c *Codec) DecodeStored(raw RawMsg) (*Event, error) {
+	ev, err := c.Decode(raw.Msg())
+	if err != nil {
+		return nil, err
+	}
+	if ev.Time().IsZero() && !raw.Stored.IsZero() {
+		ev.SetTime(raw.Stored.UTC())
+	}
+	return ev, nil
+}
+
+// DecodeUnchecked parses the wire format without validating the contract.
+func DecodeUnchecked(msg *nats.Msg) (*Event, error) { return decodeWire(msg) }
+
+func decodeWire(msg *nats.Msg) (*Event, error) {
+	ct := msg.Header.Get(HeaderContentType)
+	if strings.HasPrefix(strings.ToLower(ct), ContentTypeStructured) {
+		ev := event.New()
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			return nil, Errorf(CodeUndecodable, "structured-mode body is not a CloudEvent in JSON format: %v", err)
+		}
+		return &ev, nil
+	}
+	if len(msg.Header) == 0 {
+		return nil, Errorf(CodeUndecodable, "no CloudEvents headers: expected binary mode (ce-specversion, ce-id, ce-source, ce-type, ce-subject headers) or Content-Type %s", ContentTypeStructured)
+	}
+	ev := event.New()
+	var seenSpec bool
+	for name, values := range msg.Header {
+		lower := strings.ToLower(name)
+		attr, ok := strings.CutPrefix(lower, HeaderPrefix)
+		if !ok || len(values) == 0 {
+			continue
+		}
+		value, err := percentDecode(values[0])
+		if err != nil {
+			return nil, Errorf(CodeUndecodable, "header %s: %v", name, err)
+		}
+		switch attr {
+		case "specversion":
+			seenSpec = true
+			if value != SpecVersion {
+				return nil, Errorf(CodeUndecodable, "ce-specversion %q is not supported (want %s)", value, SpecVersion)
+			}
+		case "id":
+			ev.SetID(value)
+		case "source":
+			ev.SetSource(value)
+		case "type":
+			ev.SetType(value)
+		case "subject":
+			ev.SetSubject(value)
+		case "time":
+			t, err := time.Parse(time.RFC3339Nano, value)
+			if err != nil {
+				return nil, Errorf(CodeUndecodable, "ce-time %q is not RFC 3339: %v", value, err)
+			}
+			ev.SetTime(t)
+		case "dataschema":
+			ev.SetDataSchema(value)
+		case "datacontenttype":
+			ev.SetDataContentType(value)
+		default:
+			if !validExtensionName(attr) {
+				return nil, Errorf(CodeUndecodable, "header %s: %q is not a valid CloudEvents attribute name", name, attr)
+			}
+			ev.SetExtension(attr, value)
+		}
+	}
+	if !seenSpec {
+		return nil, Errorf(CodeUndecodable, "no ce-specversion header: not a binary-mode CloudEvent, and Content-Type %q is not %s", ct, ContentTypeStructured)
+	}
+	if ct != "" {
+		ev.SetDataContentType(ct)
+	}
+	if len(msg.Data) > 0 {
+		ev.DataEncoded = msg.Data
+	}
+	return &ev, nil
+}
+
+func validExtensionName(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// percentEncode escapes what the binding requires: space, '"', '%' and every
+// byte outside printable ASCII (UTF-8 is escaped byte by byte).
+func percentEncode(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(c byte) bool {
+	return c <= 0x20 || c >= 0x7F || c == '"' || c == '%'
+}
+
+func percentDecode(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b = append(b, s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("truncated percent-encoding in %q", s)
+		}
+		hi, ok1 := unhex(s[i+1])
+		lo, ok2 := unhex(s[i+2])
+		if !ok1 || !ok2 {
+			return "", fmt.Errorf("invalid percent-encoding in %q", s)
+		}
+		b = append(b, hi<<4|lo)
+		i += 2
+	}
+	return string(b), nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,334 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler processes one valid event and returns the events it causes. The
+// consumer publishes them (ids should be deterministic, derived from the
+// input, so a redelivery republishes the same ids and JetStream drops the
+// copies) and only then acknowledges the input. Handlers must therefore be
+// idempotent. Returning an error retries the event with backoff; an error
+// wrapped with Poison, or one that persists for MaxDeliver attempts, sends
+// the event to the dead-letter stream.
+type Handler func(ctx context.Context, d *Delivery) ([]Event, error)
+
+// Delivery is one valid event as a consumer received it.
+type Delivery struct {
+	Event     *Event
+	Subject   string
+	Seq       uint64    // stream sequence: the event's position in the log
+	Delivered uint64    // delivery count, 1 on the first delivery
+	Stored    time.Time // when the stream stored it
+
+	msg    jetstream.Msg
+	c      *Consumer
+	mu     sync.Mutex
+	held   bool
+	closed bool
+}
+
+// Hold detaches the delivery from the handler's return: the input stays
+// unacknowledged (and is redelivered after a crash) until the returned
+// function is called with the outcome. Use it for work that outlives the
+// handler, such as running a tool; call InProgress while it runs.
+func (d *Delivery) Hold() func(out []Event, err error) {
+	d.mu.Lock()
+	d.held = true
+	d.mu.Unlock()
+	d.c.held.Add(1)
+	return func(out []Event, err error) {
+		defer d.c.held.Done()
+		d.c.finish(d.c.ctx, d, out, err)
+	}
+}
+
+// InProgress tells the server the event is still being worked on, resetting
+// its ack timer.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// ConsumerConfig configures a durable consumer.
+type ConsumerConfig struct {
+	Stream      string // default EventStream
+	Name        string // durable name; also names the consumer in dead letters
+	Description string
+	Filters     []string // subjects; default every event subject
+	DeliverNew  bool     // start with new events instead of the whole log
+
+	AckWait       time.Duration   // default 30s
+	MaxAckPending int             // default 1000; 1 gives strict log order
+	MaxDeliver    int             // attempts before dead-lettering; default 5
+	Backoff       []time.Duration // delay before attempt n+1; last repeats
+	Workers       int             // handler goroutines; events of one partition stay in order
+	// PartitionKey picks the worker; default is the aggregate id, so one
+	// aggregate's events are handled in log order.
+	PartitionKey func(*Event) string
+
+	Logger *slog.Logger
+}
+
+func (cfg *ConsumerConfig) defaults() {
+	if cfg.Stream == "" {
+		cfg.Stream = EventStream
+	}
+	if len(cfg.Filters) == 0 {
+		cfg.Filters = EventSubjects()
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 1000
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = 5
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.PartitionKey == nil {
+		cfg.PartitionKey = func(ev *Event) string { return ev.Subject() }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+}
+
+// ConsumerStats are counters for health checks and tests.
+type ConsumerStats struct {
+	Handled      uint64 // events handled and acknowledged
+	DeadLettered uint64 // messages sent to the dead-letter stream
+	Retried      uint64 // negative acknowledgements for a retry
+}
+
+// Consumer runs a Handler over a durable JetStream consumer.
+type Consumer struct {
+	cfg     ConsumerConfig
+	bus     *Bus
+	handler Handler
+	log     *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	cc     jetstream.ConsumeContext
+	queues []chan *Delivery
+	wg     sync.WaitGroup // workers
+	held   sync.WaitGroup // held deliveries
+
+	handled, dead, retried atomic.Uint64
+	stopOnce               sync.Once
+}
+
+// Consume creates or updates the durable consumer and starts handling. Bad
+// messages (not decodable, missing attributes, unknown type, schema
+// violation, wrong subject) are dead-lettered with their reason and
+// acknowledged before any handler sees them.
+func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Consumer, error) {
+	cfg.defaults()
+	if cfg.Name == "" {
+		return nil, errors.New("consumer needs a name")
+	}
+	deliver := jetstream.DeliverAllPolicy
+	if cfg.DeliverNew {
+		deliver = jetstream.DeliverNewPolicy
+	}
+	jc := jetstream.ConsumerConfig{
+		Durable:        cfg.Name,
+		Description:    cfg.Description,
+		FilterSubjects: cfg.Filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		MaxAckPending:  cfg.MaxAckPending,
+		MaxDeliver:     -1, // heed dead-letters itself, so the server never silently gives up
+		DeliverPolicy:  deliver,
+	}
+	if len(cfg.Filters) == 1 {
+		jc.FilterSubject, jc.FilterSubjects = cfg.Filters[0], nil
+	}
+	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+	if err != nil {
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("create consumer %s on %s: %v", cfg.Name, cfg.Stream, err), Err: err}
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := &Consumer{
+		cfg: cfg, bus: bus, handler: h, log: cfg.Logger.With("consumer", cfg.Name),
+		ctx: cctx, cancel: cancel,
+	}
+	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
+	buffer = min(buffer, 1024)
+	for range cfg.Workers {
+		q := make(chan *Delivery, buffer)
+		c.queues = append(c.queues, q)
+		c.wg.Add(1)
+		go c.work(q)
+	}
+	pull := min(cfg.MaxAckPending, 500)
+	c.cc, err = cons.Consume(c.receive,
+		jetstream.PullMaxMessages(max(pull, 1)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			c.log.Warn("consume error", "err", err)
+		}))
+	if err != nil {
+		cancel()
+		for _, q := range c.queues {
+			close(q)
+		}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("start consumer %s: %v", cfg.Name, err), Err: err}
+	}
+	return c, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{Handled: c.handled.Load(), DeadLettered: c.dead.Load(), Retried: c.retried.Load()}
+}
+
+// Stop stops fetching, lets queued and held deliveries finish (up to the
+// context's deadline) and returns. Unfinished deliveries stay unacknowledged
+// and are redelivered to the next consumer instance.
+func (c *Consumer) Stop(ctx context.Context) {
+	c.stopOnce.Do(func() {
+		c.cc.Drain()
+		select {
+		case <-c.cc.Closed():
+		case <-ctx.Done():
+			c.cc.Stop()
+		}
+		for _, q := range c.queues {
+			close(q)
+		}
+		done := make(chan struct{})
+		go func() { c.wg.Wait(); c.held.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			c.log.Warn("stop: deliveries still in flight; they will be redelivered")
+		}
+		c.cancel()
+	})
+}
+
+// receive runs on the client's delivery goroutine: gate, then dispatch.
+func (c *Consumer) receive(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		c.log.Error("message without metadata", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	ev, err := c.bus.codec.DecodeStored(RawMsg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), Stored: meta.Timestamp})
+	if err != nil {
+		c.deadLetter(msg, meta, CodeOf(err), err.Error())
+		return
+	}
+	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c}
+	q := c.queues[partition(c.cfg.PartitionKey(ev), len(c.queues))]
+	q <- d
+}
+
+func (c *Consumer) work(q chan *Delivery) {
+	defer c.wg.Done()
+	for d := range q {
+		out, err := c.safeHandle(d)
+		d.mu.Lock()
+		held := d.held
+		d.mu.Unlock()
+		if !held {
+			c.finish(c.ctx, d, out, err)
+		}
+	}
+}
+
+func (c *Consumer) safeHandle(d *Delivery) (out []Event, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = Poison(fmt.Errorf("handler panic: %v", r))
+			c.log.Error("handler panic", "subject", d.Subject, "seq", d.Seq, "panic", r)
+		}
+	}()
+	return c.handler(c.ctx, d)
+}
+
+// finish publishes the handler's events, then acknowledges; or retries or
+// dead-letters on error. Called once per delivery.
+func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	d.mu.Unlock()
+	if err == nil && len(out) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = c.bus.PublishAll(pctx, out)
+		cancel()
+		if err != nil && CodeOf(err) != CodeUnavailable {
+			// The handler produced an event the contract refuses: a bug that
+			// retrying cannot fix.
+			err = Poison(fmt.Errorf("handler produced an invalid event: %w", err))
+		}
+	}
+	if err == nil {
+		if aerr := d.msg.Ack(); aerr != nil {
+			c.log.Warn("ack failed; the event will be redelivered", "subject", d.Subject, "seq", d.Seq, "err", aerr)
+		}
+		c.handled.Add(1)
+		return
+	}
+	meta, _ := d.msg.Metadata()
+	if errors.Is(err, ErrPoison) {
+		c.deadLetter(d.msg, meta, CodePoison, err.Error())
+		return
+	}
+	if int(d.Delivered) >= c.cfg.MaxDeliver {
+		c.deadLetter(d.msg, meta, CodeHandlerFailed, fmt.Sprintf("failed %d times; last error: %v", d.Delivered, err))
+		return
+	}
+	delay := c.cfg.Backoff[min(int(d.Delivered)-1, len(c.cfg.Backoff)-1)]
+	c.log.Warn("handler failed; will retry", "subject", d.Subject, "seq", d.Seq, "attempt", d.Delivered, "retry_in", delay, "err", err)
+	c.retried.Add(1)
+	_ = d.msg.NakWithDelay(delay)
+}
+
+func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, code Code, reason string) {
+	dl := DeadLetter{
+		Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(),
+		Stream: c.cfg.Stream, Consumer: c.cfg.Name, Code: code, Reason: reason,
+	}
+	if meta != nil {
+		dl.Seq = meta.Sequence.Stream
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	if err := SendDeadLetter(ctx, c.bus.js, dl); err != nil {
+		// Never drop: leave it unacknowledged so it comes back.
+		c.log.Error("dead-letter publish failed; will retry", "subject", dl.Subject, "seq", dl.Seq, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	c.dead.Add(1)
+	c.log.Warn("dead-lettered", "subject", dl.Subject, "seq", dl.Seq, "code", code, "reason", reason)
+	_ = msg.Ack()
+}
+
+func partition(key string, n int) int {
+	if n == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}

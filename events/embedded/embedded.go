@@ -1,0 +1,108 @@
+// Package embedded runs an in-process nats-server with JetStream: the
+// default for `heed up` on a laptop and the real server every test uses.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configure the embedded server.
+type Options struct {
+	// DataDir holds JetStream's files; a restart on the same DataDir keeps
+	// every stream, message and KV entry.
+	DataDir string
+	// Listen is host:port for clients. Port -1 picks a free port (tests).
+	// The default, 127.0.0.1:4222, keeps the server on loopback.
+	Listen string
+	// ServerName names the server (JetStream needs a stable one across restarts).
+	ServerName string
+	// ConfigFile, if set, is a nats-server config file loaded first; the
+	// fields above override it.
+	ConfigFile string
+	Logger     *slog.Logger
+	// ReadyTimeout bounds the wait for the server to accept clients.
+	ReadyTimeout time.Duration
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	*server.Server
+}
+
+// Start starts the server and waits until it accepts clients.
+func Start(o Options) (*Server, error) {
+	if o.DataDir == "" {
+		return nil, errors.New("embedded nats: DataDir is required")
+	}
+	opts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("embedded nats: config %s: %w", o.ConfigFile, err)
+		}
+	}
+	host, port := "127.0.0.1", 4222
+	if o.Listen != "" {
+		h, p, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: listen address %q: %w", o.Listen, err)
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("embedded nats: listen port %q: %w", p, err)
+		}
+		if h != "" {
+			host = h
+		}
+	}
+	opts.Host, opts.Port = host, port
+	opts.ServerName = o.ServerName
+	if opts.ServerName == "" {
+		opts.ServerName = "heed"
+	}
+	opts.JetStream = true
+	opts.StoreDir = o.DataDir
+	opts.NoSigs = true // heed owns SIGINT/SIGTERM and drains before the server stops
+	opts.NoLog = false
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	if o.Logger != nil {
+		s.SetLoggerV2(&slogAdapter{l: o.Logger.With("component", "nats-server")}, false, false, false)
+	}
+	go s.Start()
+	wait := o.ReadyTimeout
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	if !s.ReadyForConnections(wait) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats: not ready to accept clients on %s:%d within %s (port in use?)", host, port, wait)
+	}
+	return &Server{Server: s}, nil
+}
+
+// URL is the nats:// URL clients connect to.
+func (s *Server) URL() string { return s.ClientURL() }
+
+// Stop shuts the server down and waits for it to finish, flushing JetStream.
+func (s *Server) Stop() {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a *slogAdapter) Noticef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }

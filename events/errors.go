@@ -1,0 +1,97 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Codes appear in dead-letter
+// headers and command replies; never rename one.
+type Code string
+
+const (
+	CodeUndecodable      Code = "undecodable"       // not a CloudEvent in binary or structured mode
+	CodeMissingAttribute Code = "missing_attribute" // a required CloudEvents attribute is absent or empty
+	CodeUnknownType      Code = "unknown_type"      // no schema exists for ce-type
+	CodeSchemaViolation  Code = "schema_violation"  // data does not satisfy the type's schema
+	CodeSubjectMismatch  Code = "subject_mismatch"  // NATS subject differs from the one type and ce-subject imply
+	CodeInvalidID        Code = "invalid_id"        // aggregate id cannot be a subject token
+	CodeTooLarge         Code = "too_large"         // event exceeds the size heed accepts
+	CodeHandlerFailed    Code = "handler_failed"    // a consumer's handler failed on every delivery
+	CodePoison           Code = "poison"            // a handler declared the event unprocessable
+	CodeConflict         Code = "conflict"          // an optimistic-concurrency expectation failed
+	CodeInvalidRequest   Code = "invalid_request"   // a command request failed validation
+	CodeNotFound         Code = "not_found"         // the referenced aggregate does not exist
+	CodeUnavailable      Code = "unavailable"       // a dependency (NATS, JetStream) is not reachable
+	CodeInternal         Code = "internal"          // a bug or unexpected failure
+)
+
+// Error is heed's error as data: a stable code, a human-readable message and
+// an optional cause. errors.Is matches on Code, so callers can write
+// errors.Is(err, events.ErrSchemaViolation).
+type Error struct {
+	Code    Code
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if errors.As(target, &t) {
+		return t.Code == e.Code
+	}
+	return false
+}
+
+// Errorf builds an *Error with a formatted message. A %w verb wraps a cause.
+func Errorf(code Code, format string, args ...any) *Error {
+	err := fmt.Errorf(format, args...)
+	return &Error{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrUndecodable      = &Error{Code: CodeUndecodable}
+	ErrMissingAttribute = &Error{Code: CodeMissingAttribute}
+	ErrUnknownType      = &Error{Code: CodeUnknownType}
+	ErrSchemaViolation  = &Error{Code: CodeSchemaViolation}
+	ErrSubjectMismatch  = &Error{Code: CodeSubjectMismatch}
+	ErrInvalidID        = &Error{Code: CodeInvalidID}
+	ErrTooLarge         = &Error{Code: CodeTooLarge}
+	ErrHandlerFailed    = &Error{Code: CodeHandlerFailed}
+	ErrPoison           = &Error{Code: CodePoison}
+	ErrConflict         = &Error{Code: CodeConflict}
+	ErrInvalidRequest   = &Error{Code: CodeInvalidRequest}
+	ErrNotFound         = &Error{Code: CodeNotFound}
+	ErrUnavailable      = &Error{Code: CodeUnavailable}
+	ErrInternal         = &Error{Code: CodeInternal}
+)
+
+// CodeOf returns the code of the first *Error in err's chain, or
+// CodeInternal when there is none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Poison marks err as permanent: the consumer sends the event to the
+// dead-letter subject at once instead of retrying it.
+func Poison(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: CodePoison, Message: err.Error(), Err: err}
+}

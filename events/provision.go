@@ -1,0 +1,139 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and bucket names.
+const (
+	EventStream = "HEED_EVENTS" // the canonical log: every event, plus deadlines
+	DLQStream   = "HEED_DLQ"    // messages that are not valid heed events, with the reason
+)
+
+// StreamSettings are the tunable limits of one stream.
+type StreamSettings struct {
+	MaxAge     time.Duration // 0 keeps messages forever
+	MaxBytes   int64         // -1 is unlimited
+	Duplicates time.Duration // the window in which a repeated Nats-Msg-Id is dropped
+}
+
+// Topology is what heed provisions in JetStream. The zero value is not
+// useful; start from DefaultTopology.
+type Topology struct {
+	Events   StreamSettings
+	DLQ      StreamSettings
+	Replicas int // 1 standalone; 3 on a cluster
+	Buckets  []BucketSpec
+}
+
+// BucketSpec declares a KV bucket a service owns.
+type BucketSpec struct {
+	Name        string
+	Description string
+	History     uint8
+}
+
+// DefaultTopology keeps the event log forever (it is the truth), dead
+// letters for 30 days, and drops duplicate ids seen within 10 minutes: long
+// enough to cover a crashed service's restart. Services never rely on the
+// window alone; they also check the log before acting.
+func DefaultTopology() Topology {
+	return Topology{
+		Events:   StreamSettings{MaxAge: 0, MaxBytes: -1, Duplicates: 10 * time.Minute},
+		DLQ:      StreamSettings{MaxAge: 30 * 24 * time.Hour, MaxBytes: -1, Duplicates: 10 * time.Minute},
+		Replicas: 1,
+	}
+}
+
+// EventStreamConfig is the configuration of the canonical event stream.
+func (t Topology) EventStreamConfig() jetstream.StreamConfig {
+	subjects := append(EventSubjects(), SchedulePrefix+".>")
+	return jetstream.StreamConfig{
+		Name:              EventStream,
+		Description:       "heed event log: every state change, as CloudEvents (binary mode)",
+		Subjects:          subjects,
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          t.replicas(),
+		MaxAge:            t.Events.MaxAge,
+		MaxBytes:          orUnlimited(t.Events.MaxBytes),
+		MaxMsgs:           -1,
+		MaxMsgSize:        1 << 20,
+		Duplicates:        t.Events.Duplicates,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+		AllowMsgSchedules: true,
+		AllowRollup:       true, // schedules need subject rollup; events never use it
+	}
+}
+
+// DLQStreamConfig is the configuration of the dead-letter stream.
+func (t Topology) DLQStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DLQStream,
+		Description: "heed dead letters: original bytes and headers plus Heed-Dlq-Code and Heed-Dlq-Reason",
+		Subjects:    []string{DLQPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.replicas(),
+		MaxAge:      t.DLQ.MaxAge,
+		MaxBytes:    orUnlimited(t.DLQ.MaxBytes),
+		MaxMsgs:     -1,
+		Duplicates:  t.DLQ.Duplicates,
+		AllowDirect: true,
+	}
+}
+
+func (t Topology) replicas() int {
+	if t.Replicas < 1 {
+		return 1
+	}
+	return t.Replicas
+}
+
+func orUnlimited(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// Provision creates or updates the streams and buckets. It never deletes
+// data: an existing stream keeps its messages, an existing bucket its keys.
+// Safe to call concurrently from every service at start.
+func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
+	for _, cfg := range []jetstream.StreamConfig{t.EventStreamConfig(), t.DLQStreamConfig()} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision stream %s: %v", cfg.Name, err), Err: err}
+		}
+	}
+	for _, b := range t.Buckets {
+		if err := ProvisionBucket(ctx, js, t, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProvisionBucket creates or updates one KV bucket.
+func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b BucketSpec) error {
+	history := b.History
+	if history == 0 {
+		history = 1
+	}
+	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      b.Name,
+		Description: b.Description,
+		History:     history,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.replicas(),
+	})
+	if err != nil {
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision bucket %s: %v", b.Name, err), Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+// Package service is the small runtime every heed service shares: its own
+// NATS connection, its own codec and bus (services never share memory, even
+// inside `heed up`), provisioning, a health endpoint and signal handling.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// DefaultNATSURL is where services and the CLI look for NATS unless told
+// otherwise with --nats-url or HEED_NATS_URL.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// Version is heed's version, reported by health checks.
+const Version = "0.1.0"
+
+// NATSURL returns flagValue, else $HEED_NATS_URL, else DefaultNATSURL.
+func NATSURL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv("HEED_NATS_URL"); v != "" {
+		return v
+	}
+	return DefaultNATSURL
+}
+
+// Runtime is one service's connection to heed.
+type Runtime struct {
+	Name     string
+	Conn     *nats.Conn
+	Bus      *events.Bus
+	Log      *slog.Logger
+	Topology events.Topology
+
+	mu     sync.Mutex
+	checks map[string]func() any
+	micro  micro.Service
+}
+
+// Connect opens the service's own connection (reconnecting forever), builds
+// its codec and provisions the topology (idempotent).
+func Connect(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology) (*Runtime, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("service", name)
+	nc, err := nats.Connect(url,
+		nats.Name("heed-"+name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("connect to NATS at %s: %v", url, err), Err: err}
+	}
+	v, err := events.NewValidator()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	bus, err := events.NewBus(nc, events.NewCodec(v))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := events.Provision(pctx, bus.JetStream(), topo); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Runtime{Name: name, Conn: nc, Bus: bus, Log: log, Topology: topo, checks: map[string]func() any{}}, nil
+}
+
+// AddCheck adds a named section to the health report.
+func (r *Runtime) AddCheck(name string, f func() any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks[name] = f
+}
+
+// Health is what a health check returns.
+type Health struct {
+	Service   string         `json:"service"`
+	Status    string         `json:"status"` // ok | degraded
+	Version   string         `json:"version"`
+	Connected bool           `json:"connected"`
+	Checks    map[string]any `json:"checks,omitempty"`
+}
+
+// Health reports the service's state.
+func (r *Runtime) Health() Health {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := Health{Service: r.Name, Status: "ok", Version: Version, Connected: r.Conn.IsConnected(), Checks: map[string]any{}}
+	if !h.Connected {
+		h.Status = "degraded"
+	}
+	for k, f := range r.checks {
+		h.Checks[k] = f()
+	}
+	return h
+}
+
+// HealthSubject is the request/reply subject of a service's health check.
+func HealthSubject(name string) string { return "heed.svc." + name + ".health" }
+
+// ServeHealth registers the service with NATS' micro framework (so `nats
+// micro ls` finds it) with a health endpoint at heed.svc.<name>.health.
+func (r *Runtime) ServeHealth() error {
+	svc, err := micro.AddService(r.Conn, micro.Config{
+		Name:        "heed-" + r.Name,
+		Version:     Version,
+		Description: "heed " + r.Name + " service",
+	})
+	if err != nil {
+		return fmt.Errorf("register micro service: %w", err)
+	}
+	err = svc.AddEndpoint("health", micro.HandlerFunc(func(req micro.Request) {
+		_ = req.RespondJSON(r.Health())
+	}), micro.WithEndpointSubject(HealthSubject(r.Name)))
+	if err != nil {
+		return fmt.Errorf("health endpoint: %w", err)
+	}
+	r.micro = svc
+	return nil
+}
+
+// Close stops the health endpoint and drains the connection, flushing
+// everything published.
+func (r *Runtime) Close() {
+	if r.micro != nil {
+		_ = r.micro.Stop()
+	}
+	if err := r.Conn.Drain(); err != nil {
+		r.Conn.Close()
+	}
+	for i := 0; i < 100 && !r.Conn.IsClosed(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RunFunc is a service's library entry point: it runs until ctx is done,
+// then drains and returns.
+type RunFunc func(ctx context.Context, rt *Runtime) error
+
+// Main is the body of a service's own main for separate deployment:
+// flags, logging, connection, health (NATS and optional HTTP), and a
+// graceful drain on SIGINT/SIGTERM. It exits the process.
+func Main(name string, register func(fs *flag.FlagSet) RunFunc) {
+	fs := flag.NewFlagSet("heed-"+name, flag.ExitOnError)
+	url := fs.String("nats-url", "", "NATS server or cluster URL (default $HEED_NATS_URL or "+DefaultNATSURL+")")
+	healthAddr := fs.String("health-listen", "", "also serve GET /healthz over HTTP on this address (e.g. :8081)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	run := register(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	log := NewLogger(os.Stderr, *level)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	topo := events.DefaultTopology()
+	topo.Replicas = *replicas
+	rt, err := Connect(ctx, name, NATSURL(*url), log, topo)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		os.Exit(1)
+	}
+	if err := rt.ServeHealth(); err != nil {
+		log.Error("start failed", "err", err)
+		os.Exit(1)
+	}
+	if *healthAddr != "" {
+		go serveHTTPHealth(ctx, *healthAddr, rt)
+	}
+	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted())
+	err = run(ctx, rt)
+	rt.Close()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("stopped with error", "err", err)
+		os.Exit(1)
+	}
+	log.Info("stopped")
+}
+
+func serveHTTPHealth(ctx context.Context, addr string, rt *Runtime) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := rt.Health()
+		if h.Status != "ok" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(h)
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, BaseContext: func(net.Listener) context.Context { return ctx }, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		rt.Log.Error("health listener", "err", err)
+	}
+}
+
+// NewLogger returns a text slog logger at the named level.
+func NewLogger(w *os.File, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// DrainTimeout bounds a service's graceful stop.
+const DrainTimeout = 10 * time.Second
+
+// DrainContext returns a context for a graceful stop. It is detached from
+// the (already cancelled) run context and bounded by DrainTimeout.
+func DrainContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), DrainTimeout)
+}

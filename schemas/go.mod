@@ -1,0 +1,3 @@
+module github.com/heedhq/heed/schemas
+
+go 1.26.8

@@ -1,0 +1,32 @@
+package indexer
+
+import (
+	"context"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/service"
+)
+
+// Buckets the indexer owns.
+func Buckets() []events.BucketSpec {
+	return []events.BucketSpec{{Name: Bucket, Description: "heed index: aggregate id → kind, first and last event, status, count"}}
+}
+
+// Run keeps the index up to date until ctx is done, then drains.
+func Run(ctx context.Context, rt *service.Runtime) error {
+	for _, b := range Buckets() {
+		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
+			return err
+		}
+	}
+	c, err := events.RunProjector(ctx, rt.Bus, Projection{}, rt.Log)
+	if err != nil {
+		return err
+	}
+	rt.AddCheck("index", func() any { return c.Stats() })
+	<-ctx.Done()
+	dctx, cancel := service.DrainContext()
+	defer cancel()
+	c.Stop(dctx)
+	return nil
+}

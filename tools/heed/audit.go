@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/indexer"
+	"github.com/spf13/cobra"
+)
+
+func newAuditCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit ID",
+		Short: "Show the ordered history of one run or confirmation, from the log",
+		Long: `Show every event of one aggregate (a run or a confirmation) in log order, read
+from the event stream itself. For a run, the events of the confirmations it
+asked for are merged in. --json prints the CloudEvents in JSON format, one per
+line.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			if !events.ValidID(id) {
+				return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run or confirmation id", id)
+			}
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			type item struct {
+				seq uint64
+				ev  *events.Event
+				bad error
+				raw events.RawMsg
+			}
+			var items []item
+			seen := map[uint64]bool{}
+			read := func(filter string) error {
+				_, err := events.ReadLog(ctx, c.bus.JetStream(), events.EventStream, []string{filter}, 0, func(raw events.RawMsg) error {
+					if seen[raw.Seq] {
+						return nil
+					}
+					seen[raw.Seq] = true
+					ev, err := c.bus.Codec().DecodeStored(raw)
+					items = append(items, item{seq: raw.Seq, ev: ev, bad: err, raw: raw})
+					return nil
+				})
+				return err
+			}
+			if err := read("heed.*." + id + ".>"); err != nil {
+				return err
+			}
+			// Follow the confirmations a run asked for.
+			var confirms []string
+			for _, it := range items {
+				if it.ev == nil {
+					continue
+				}
+				var d struct {
+					ConfirmID string `json:"confirm_id"`
+				}
+				if json.Unmarshal(it.ev.Data(), &d) == nil && d.ConfirmID != "" && d.ConfirmID != id {
+					confirms = append(confirms, d.ConfirmID)
+				}
+			}
+			for _, cid := range confirms {
+				if err := read(events.SubjectFilter("confirm", cid)); err != nil {
+					return err
+				}
+			}
+			if len(items) == 0 {
+				return &events.Error{Code: events.CodeNotFound, Message: fmt.Sprintf("no events for %q in the log", id)}
+			}
+			sort.Slice(items, func(i, j int) bool { return items[i].seq < items[j].seq })
+			out := cmd.OutOrStdout()
+			if asJSON {
+				for _, it := range items {
+					if it.ev == nil {
+						continue
+					}
+					b, err := json.Marshal(it.ev)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(out, string(b))
+				}
+				return nil
+			}
+			if kv, err := c.bus.JetStream().KeyValue(ctx, indexer.Bucket); err == nil {
+				for _, kind := range events.EventKinds() {
+					if e, err := kv.Get(ctx, indexer.Key(kind, id)); err == nil {
+						var env struct {
+							Value indexer.Entry `json:"value"`
+						}
+						if json.Unmarshal(e.Value(), &env) == nil {
+							x := env.Value
+							fmt.Fprintf(out, "%s %s", x.Kind, x.ID)
+							if x.Skill != "" {
+								fmt.Fprintf(out, " (skill %s)", x.Skill)
+							}
+							fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
+						}
+					}
+				}
+			}
+			fmt.Fprintf(out, "%-6s %-12s  %-22s %-28s %s\n", "SEQ", "TIME", "EVENT", "AGGREGATE", "DETAIL")
+			for _, it := range items {
+				if it.ev == nil {
+					fmt.Fprintf(out, "%-6d %-12s  %-22s %-28s rejected: %v\n", it.seq, "", "INVALID", it.raw.Subject, it.bad)
+					continue
+				}
+				fmt.Fprintf(out, "%-6d %s  %-22s %-28s %s\n", it.seq, it.ev.Time().Local().Format("15:04:05.000"), shortType(it.ev.Type()), it.ev.Subject(), summarize(it.ev))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print CloudEvents in JSON format, one per line")
+	return cmd
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/service"
+	"github.com/nats-io/nats.go"
+)
+
+// client is the CLI's connection to a running heed.
+type client struct {
+	nc  *nats.Conn
+	bus *events.Bus
+}
+
+func (g *globals) connect(ctx context.Context) (*client, error) {
+	url := service.NATSURL(g.natsURL)
+	nc, err := nats.Connect(url, nats.Name("heed-cli"), nats.Timeout(3*time.Second))
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("cannot reach NATS at %s (is `heed up` running? set --nats-url or HEED_NATS_URL): %v", url, err), Err: err}
+	}
+	v, err := events.NewValidator()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	bus, err := events.NewBus(nc, events.NewCodec(v))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if _, err := bus.JetStream().Stream(ctx, events.EventStream); err != nil {
+		nc.Close()
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`): %v", url, err), Err: err}
+	}
+	return &client{nc: nc, bus: bus}, nil
+}
+
+func (c *client) close() { _ = c.nc.Drain() }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/heedhq/heed/events"
+)
+
+// summarize renders an event's data as one readable phrase.
+func summarize(ev *events.Event) string {
+	var d map[string]any
+	if err := json.Unmarshal(ev.Data(), &d); err != nil || d == nil {
+		return compact(ev.Data(), 160)
+	}
+	s := func(k string) string {
+		if v, ok := d[k]; ok && v != nil {
+			switch x := v.(type) {
+			case string:
+				return x
+			case float64:
+				return fmt.Sprint(x)
+			case bool:
+				return fmt.Sprint(x)
+			}
+			b, _ := json.Marshal(v)
+			return string(b)
+		}
+		return ""
+	}
+	var parts []string
+	add := func(label, v string) {
+		if v != "" {
+			parts = append(parts, label+v)
+		}
+	}
+	switch events.Type(ev.Type()) {
+	case events.RunRequested:
+		if sk, ok := d["skill"].(map[string]any); ok {
+			add("skill ", fmt.Sprint(sk["name"]))
+		}
+		add("inputs ", s("inputs"))
+		if s("yes") == "true" {
+			parts = append(parts, "--yes")
+		}
+		add("by ", s("requested_by"))
+	case events.RunStarted:
+		add("skill ", s("skill"))
+		add("driver ", s("driver"))
+	case events.RunStepStarted:
+		add("", s("step"))
+		add("#", s("attempt"))
+		add("tool ", s("tool"))
+		add("args ", truncate(s("args"), 100))
+	case events.RunStepCompleted:
+		add("", s("step"))
+		add("#", s("attempt"))
+		add("→ ", truncate(s("output"), 100))
+		add("in ms ", s("duration_ms"))
+	case events.RunStepFailed:
+		add("", s("step"))
+		add("#", s("attempt"))
+		if e, ok := d["error"].(map[string]any); ok {
+			add("error: ", truncate(fmt.Sprint(e["message"]), 160))
+		}
+	case events.RunStepSkipped:
+		add("", s("step"))
+		add("", s("reason"))
+	case events.RunPaused:
+		add("", s("reason"))
+		add("at ", s("step"))
+		add("confirmation ", s("confirm_id"))
+	case events.RunResumed:
+		add("at ", s("step"))
+		add("choice ", s("choice"))
+		add("method ", s("method"))
+		add("by ", s("by"))
+	case events.RunCompleted:
+		add("", truncate(s("summary"), 160))
+	case events.RunFailed:
+		add("at ", s("step"))
+		if e, ok := d["error"].(map[string]any); ok {
+			add("error: ", truncate(fmt.Sprint(e["message"]), 160))
+		}
+	case events.RunCancelled:
+		add("by ", s("by"))
+		add("", s("reason"))
+	case events.ConfirmRequested:
+		add("", truncate(firstLine(s("message")), 100))
+		add("run ", s("run_id"))
+		add("default ", s("default"))
+	case events.ConfirmAnswered:
+		add("choice ", s("choice"))
+		add("method ", s("method"))
+		add("by ", s("by"))
+		add("reason ", s("reason"))
+	case events.ConfirmExpired:
+		add("deadline ", s("deadline"))
+		add("default ", s("default"))
+	default:
+		return compact(ev.Data(), 160)
+	}
+	return strings.Join(parts, "  ")
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func compact(b []byte, n int) string {
+	return truncate(strings.Join(strings.Fields(string(b)), " "), n)
+}
+
+// shortType drops the "heed." prefix for tables.
+func shortType(t string) string { return strings.TrimPrefix(t, "heed.") }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/embedded"
+	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/indexer"
+	"github.com/spf13/cobra"
+)
+
+// landedServices are the services `heed up` runs, each with its own
+// connection and state, as they would run in separate processes.
+func landedServices() []struct {
+	name string
+	run  service.RunFunc
+} {
+	return []struct {
+		name string
+		run  service.RunFunc
+	}{
+		{"indexer", indexer.Run},
+	}
+}
+
+// defaultDataDir is $HEED_DATA, else $XDG_DATA_HOME/heed, else
+// ~/.local/share/heed.
+func defaultDataDir() string {
+	if d := os.Getenv("HEED_DATA"); d != "" {
+		return d
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "heed")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "heed")
+	}
+	return ".heed"
+}
+
+func newUpCmd(g *globals) *cobra.Command {
+	var dataDir, listen, natsConfig, logLevel string
+	var replicas int
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run heed: an embedded NATS server (or --nats-url) plus every service",
+		Long: `Run heed in one process: an embedded nats-server with JetStream on --data,
+listening on --nats-listen (loopback by default) so the nats CLI and agents in
+any language can connect, plus every service. With --nats-url (or
+HEED_NATS_URL) no server is embedded; the services use that server or cluster.
+SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := service.NewLogger(os.Stderr, logLevel)
+			return runUp(cmd.Context(), log, upOptions{
+				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas,
+			}, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data", defaultDataDir(), "JetStream data directory for the embedded server ($HEED_DATA)")
+	cmd.Flags().StringVar(&listen, "nats-listen", "127.0.0.1:4222", "host:port the embedded server listens on")
+	cmd.Flags().StringVar(&natsConfig, "nats-config", "", "nats-server config file for the embedded server")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	return cmd
+}
+
+type upOptions struct {
+	dataDir, listen, natsURL, natsConfig string
+	replicas                             int
+}
+
+type writer interface{ Write([]byte) (int, error) }
+
+func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
+	url := o.natsURL
+	if url == "" {
+		url = os.Getenv("HEED_NATS_URL")
+	}
+	var srv *embedded.Server
+	if url == "" {
+		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		var err error
+		srv, err = embedded.Start(embedded.Options{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log})
+		if err != nil {
+			return err
+		}
+		url = srv.URL()
+		fmt.Fprintf(out, "heed: embedded NATS listening on %s (JetStream data in %s)\n", url, o.dataDir)
+	} else {
+		fmt.Fprintf(out, "heed: using NATS at %s\n", url)
+	}
+	stopServer := func() {
+		if srv != nil {
+			srv.Stop()
+		}
+	}
+	topo := events.DefaultTopology()
+	topo.Replicas = o.replicas
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(landedServices()))
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var rts []*service.Runtime
+	var names []string
+	for _, s := range landedServices() {
+		rt, err := service.Connect(ctx, s.name, url, log, topo)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			for _, r := range rts {
+				r.Close()
+			}
+			stopServer()
+			return err
+		}
+		if err := rt.ServeHealth(); err != nil {
+			log.Warn("health endpoint", "service", s.name, "err", err)
+		}
+		rts = append(rts, rt)
+		names = append(names, s.name)
+		wg.Add(1)
+		go func(run service.RunFunc, rt *service.Runtime) {
+			defer wg.Done()
+			if err := run(runCtx, rt); err != nil && runCtx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", rt.Name, err)
+				cancel()
+			}
+		}(s.run, rt)
+	}
+	fmt.Fprintf(out, "heed: services running: %v\n", names)
+	fmt.Fprintf(out, "heed: ready (Ctrl-C to stop)\n")
+
+	<-runCtx.Done()
+	fmt.Fprintf(out, "heed: stopping: draining services\n")
+	cancel()
+	wg.Wait()
+	for _, rt := range rts {
+		rt.Close()
+	}
+	stopServer()
+	fmt.Fprintf(out, "heed: stopped\n")
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
