@@ -100,7 +100,9 @@ func (b *Bus) PublishAsync(ev *Event, opts ...PublishOption) (jetstream.PubAckFu
 	return f, nil
 }
 
-// PublishAll publishes events concurrently and waits for every ack.
+// PublishAll publishes events concurrently and waits for every ack. Every
+// event is validated before any is sent, so an invalid event refuses the
+// whole batch instead of leaving the events before it in the log.
 func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 	switch len(evs) {
 	case 0:
@@ -109,11 +111,19 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 		_, err := b.Publish(ctx, &evs[0])
 		return err
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	msgs := make([]*nats.Msg, len(evs))
 	for i := range evs {
-		f, err := b.PublishAsync(&evs[i])
+		msg, err := b.codec.Encode(&evs[i])
 		if err != nil {
 			return err
+		}
+		msgs[i] = msg
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	for _, msg := range msgs {
+		f, err := b.js.PublishMsgAsync(msg)
+		if err != nil {
+			return classifyPublishError(msg.Subject, err)
 		}
 		futures = append(futures, f)
 	}
@@ -133,10 +143,13 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 // scheduleSubject; at time at the server publishes ev to its own subject.
 // The deadline lives in the stream, so it survives every process restart and
 // costs no goroutine. A later Schedule on the same subject replaces it.
-func (b *Bus) Schedule(ctx context.Context, ev *Event, scheduleSubject string, at time.Time) (*jetstream.PubAck, error) {
+func (b *Bus) Schedule(ctx context.Context, ev *Event, scheduleSubject string, at time.Time, opts ...PublishOption) (*jetstream.PubAck, error) {
 	msg, err := b.codec.Encode(ev)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o.apply(msg)
 	}
 	target := msg.Subject
 	msg.Subject = scheduleSubject

@@ -118,6 +118,11 @@ func checkAttributes(ev *Event) error {
 	if ev.SpecVersion() != SpecVersion {
 		return Errorf(CodeMissingAttribute, "specversion %q is not supported (want %s)", ev.SpecVersion(), SpecVersion)
 	}
+	// ce-time travels in UTC; a year RFC 3339 cannot write would be encoded
+	// into a header that no decoder reads back.
+	if t := ev.Time(); !t.IsZero() && (t.UTC().Year() < 0 || t.UTC().Year() > 9999) {
+		return Errorf(CodeUndecodable, "time %s is outside the years 0000-9999 that RFC 3339 can represent in UTC", t)
+	}
 	return nil
 }
 

@@ -40,15 +40,19 @@ type Delivery struct {
 // Hold detaches the delivery from the handler's return: the input stays
 // unacknowledged (and is redelivered after a crash) until the returned
 // function is called with the outcome. Use it for work that outlives the
-// handler, such as running a tool; call InProgress while it runs.
+// handler, such as running a tool; call InProgress while it runs. Only the
+// first call of the returned function counts.
 func (d *Delivery) Hold() func(out []Event, err error) {
 	d.mu.Lock()
 	d.held = true
 	d.mu.Unlock()
 	d.c.held.Add(1)
+	var once sync.Once
 	return func(out []Event, err error) {
-		defer d.c.held.Done()
-		d.c.finish(d.c.ctx, d, out, err)
+		once.Do(func() {
+			defer d.c.held.Done()
+			d.c.finish(d.c.ctx, d, out, err)
+		})
 	}
 }
 

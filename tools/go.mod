@@ -11,10 +11,22 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
 )
 
 replace (
 	github.com/heedhq/heed/events => ../events
 	github.com/heedhq/heed/schemas => ../schemas
 	github.com/heedhq/heed/services/indexer => ../services/indexer
+)
+
+require (
+	github.com/heedhq/heed/services/confirm v0.0.0
+	github.com/heedhq/heed/services/runner v0.0.0
+)
+
+replace (
+	github.com/heedhq/heed/services/confirm => ../services/confirm
+	github.com/heedhq/heed/services/runner => ../services/runner
 )

@@ -62,6 +62,13 @@ func newRoot() *cobra.Command {
 		newEventsCmd(g),
 		newAuditCmd(g),
 		newReplayCmd(g),
+		newRunCmd(g),
+		newContinueCmd(g),
+		newRetryCmd(g),
+		newCancelCmd(g),
+		newRunsCmd(g),
+		newConfirmCmd(g),
+		newSkillCmd(),
 	)
 	return root
 }

@@ -11,13 +11,15 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/embedded"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/services/runner"
 	"github.com/spf13/cobra"
 )
 
 // landedServices are the services `heed up` runs, each with its own
 // connection and state, as they would run in separate processes.
-func landedServices() []struct {
+func landedServices(o upOptions) []struct {
 	name string
 	run  service.RunFunc
 } {
@@ -26,6 +28,12 @@ func landedServices() []struct {
 		run  service.RunFunc
 	}{
 		{"indexer", indexer.Run},
+		{"runner", func(ctx context.Context, rt *service.Runtime) error {
+			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile})
+		}},
+		{"confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+			return confirm.Run(ctx, rt, confirm.Config{})
+		}},
 	}
 }
 
@@ -45,7 +53,7 @@ func defaultDataDir() string {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	var dataDir, listen, natsConfig, logLevel string
+	var dataDir, listen, natsConfig, logLevel, toolsFile string
 	var replicas int
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -59,7 +67,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas,
+				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -67,12 +75,14 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&listen, "nats-listen", "127.0.0.1:4222", "host:port the embedded server listens on")
 	cmd.Flags().StringVar(&natsConfig, "nats-config", "", "nats-server config file for the embedded server")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	return cmd
 }
 
 type upOptions struct {
 	dataDir, listen, natsURL, natsConfig string
+	toolsFile                            string
 	replicas                             int
 }
 
@@ -107,12 +117,12 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 	topo.Replicas = o.replicas
 
 	var wg sync.WaitGroup
-	errs := make(chan error, len(landedServices()))
+	errs := make(chan error, len(landedServices(o)))
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var rts []*service.Runtime
 	var names []string
-	for _, s := range landedServices() {
+	for _, s := range landedServices(o) {
 		rt, err := service.Connect(ctx, s.name, url, log, topo)
 		if err != nil {
 			cancel()
@@ -121,6 +131,11 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 				r.Close()
 			}
 			stopServer()
+			if ctx.Err() != nil {
+				// SIGINT/SIGTERM while starting: a clean stop, not a failure.
+				fmt.Fprintf(out, "heed: stopped\n")
+				return nil
+			}
 			return err
 		}
 		if err := rt.ServeHealth(); err != nil {

@@ -1,0 +1,54 @@
+# heed: the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Every module in the workspace, as package patterns.
+PKGS = $(shell $(GO) list -m -f '{{.Dir}}/...')
+DATA ?= .heed
+NATS_LISTEN ?= 127.0.0.1:4222
+FUZZTIME ?= 15s
+
+.PHONY: all build run test unit vet fmt-check staticcheck fuzz bench deps clean
+
+all: build
+
+## build: every binary into bin/
+build:
+	@mkdir -p bin
+	$(GO) build -o bin/heed ./tools/heed
+	$(GO) build -o bin/heed-bench ./tools/bench
+	$(GO) build -o bin/heed-indexer ./services/indexer/cmd/heed-indexer
+
+## run: heed with an embedded NATS server and every service, data in $(DATA)
+run: build
+	./bin/heed up --data $(DATA) --nats-listen $(NATS_LISTEN)
+
+## test: the whole suite, as CI runs it
+test: deps fmt-check vet staticcheck unit fuzz
+
+deps:
+	@./tools/ci/deps.sh
+
+unit:
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+staticcheck:
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+## fuzz: a short run of every fuzz target (seed corpus in testdata/fuzz)
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
+
+## bench: throughput and latency against raw JetStream in the same run
+bench: build
+	./bin/heed-bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,20 @@
+// Command heed-runner runs the skill runner on its own, against the NATS
+// server or cluster named by --nats-url.
+package main
+
+import (
+	"context"
+	"flag"
+
+	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/runner"
+)
+
+func main() {
+	service.Main("runner", func(fs *flag.FlagSet) service.RunFunc {
+		var cfg runner.Config
+		fs.StringVar(&cfg.ToolsFile, "tools", "", "tools file (YAML)")
+		fs.IntVar(&cfg.Workers, "workers", 16, "goroutines driving runs")
+		return func(ctx context.Context, rt *service.Runtime) error { return runner.Run(ctx, rt, cfg) }
+	})
+}

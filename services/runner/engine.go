@@ -1,0 +1,535 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/services/runner/tool"
+)
+
+// Source is the CloudEvents source of everything the runner publishes.
+const Source = "heed/runner"
+
+// engine drives runs. Its consumer hands each run's events to one worker
+// (partitioned by run id), so a Run is only ever touched by one goroutine
+// at a time; tool calls run in their own goroutines and report back by
+// publishing events.
+type engine struct {
+	bus     *events.Bus
+	invoker *tool.Invoker
+	skills  *skill.Cache
+	log     *slog.Logger
+	ackWait time.Duration
+
+	mu       sync.Mutex
+	runs     map[string]*RunState
+	inflight map[string]*flight // key: run/index/attempt
+}
+
+type flight struct {
+	cancel context.CancelFunc
+	state  string // running | done (result published) | lost (result not published: relaunch)
+}
+
+func flightKey(run string, index, attempt int) string {
+	return run + "/" + strconv.Itoa(index) + "/" + strconv.Itoa(attempt)
+}
+
+func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
+	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
+		runs: map[string]*RunState{}, inflight: map[string]*flight{}}
+}
+
+// runIDOf is the partition key: the run an event belongs to.
+func runIDOf(ev *events.Event) string {
+	if events.Type(ev.Type()).Kind() == "run" {
+		return ev.Subject()
+	}
+	var d struct {
+		RunID string `json:"run_id"`
+	}
+	_ = json.Unmarshal(ev.Data(), &d)
+	if d.RunID != "" {
+		return d.RunID
+	}
+	return ev.Subject()
+}
+
+// load returns the cached run, or rebuilds it from the log. A brand-new
+// run's first event needs no read: there is nothing before it.
+func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*RunState, error) {
+	e.mu.Lock()
+	r, ok := e.runs[id]
+	e.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	r = newRun(id)
+	fresh := events.Type(d.Event.Type()) == events.RunRequested && d.Delivered == 1
+	if !fresh {
+		_, err := events.ReadLog(ctx, e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
+			ev, err := e.bus.Codec().DecodeStored(raw)
+			if err != nil {
+				return nil
+			}
+			return r.Apply(ev, raw.Seq, e.skills)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	e.mu.Lock()
+	e.runs[id] = r
+	e.mu.Unlock()
+	return r, nil
+}
+
+func (e *engine) forget(id string) {
+	e.mu.Lock()
+	delete(e.runs, id)
+	e.mu.Unlock()
+}
+
+// handle is the consumer's handler.
+func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
+	id := runIDOf(d.Event)
+	if !events.ValidID(id) {
+		return nil, nil
+	}
+	kind := events.Type(d.Event.Type()).Kind()
+	if kind == "confirm" && d.Event.Subject() == id {
+		return nil, nil // a confirmation not tied to a run
+	}
+	r, err := e.load(ctx, id, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Apply(d.Event, d.Seq, e.skills); err != nil {
+		return nil, events.Poison(err)
+	}
+	if !r.Requested {
+		// Driven by an outside agent, or not ours: nothing to do.
+		if r.Terminal() {
+			e.forget(id)
+		}
+		return nil, nil
+	}
+	switch events.Type(d.Event.Type()) {
+	case events.RunCancelled:
+		e.cancelFlights(id)
+	case events.RunStepCompleted, events.RunStepFailed:
+		var ref struct {
+			Index   int `json:"index"`
+			Attempt int `json:"attempt"`
+		}
+		if json.Unmarshal(d.Event.Data(), &ref) == nil {
+			e.mu.Lock()
+			delete(e.inflight, flightKey(id, ref.Index, ref.Attempt))
+			e.mu.Unlock()
+		}
+	}
+	out, act := e.reconcile(r, d.Event)
+	if len(out) > 0 {
+		if err := e.bus.PublishAll(ctx, out); err != nil {
+			e.forget(id) // our local view ran ahead of the log; rebuild next time
+			return nil, err
+		}
+	}
+	if r.Terminal() {
+		e.forget(id)
+		return nil, nil
+	}
+	switch {
+	case act.launch != nil:
+		e.launch(ctx, d, r.ID, act.launch)
+	}
+	return nil, nil
+}
+
+// action is what a reconcile asks for beyond publishing events.
+type action struct {
+	launch *launch
+}
+
+// launch is a tool call to make. For a retry, the step.started event of
+// the new attempt is published after the backoff, just before the call.
+type launch struct {
+	index, attempt int
+	step           *skill.Step
+	args           map[string]any
+	delay          time.Duration
+	start          *events.Event
+}
+
+// reconcile looks at the run and emits what must happen next, applying its
+// own events as it goes, until the run needs something from outside: a tool
+// result, an answer, a backoff. It is level-triggered: given the same state
+// it emits the same events with the same ids, so a redelivery after a crash
+// republishes duplicates that JetStream drops.
+func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, action) {
+	em := &emitter{e: e, r: r, cause: cause.ID()}
+	emit := em.emit
+	out := func() []events.Event { return em.out }
+	for guard := 0; guard < 4*len(r.Steps)+8; guard++ {
+		if r.Terminal() {
+			return out(), action{}
+		}
+		if r.SkillErr != nil || r.Skill == nil {
+			msg := "skill did not load"
+			if r.SkillErr != nil {
+				msg = r.SkillErr.Error()
+			}
+			emit(events.RunFailed, "failed", events.RunFailedData{Error: events.ErrorInfo{Message: msg, Kind: "skill"}})
+			return out(), action{}
+		}
+		if r.Status == StatusRequested {
+			names := make([]string, len(r.Skill.Steps))
+			for i, s := range r.Skill.Steps {
+				names[i] = s.Name
+			}
+			emit(events.RunStarted, "started", events.RunStartedData{Skill: r.SkillName, Driver: "runner", Inputs: r.Inputs, Steps: names, Agent: r.Agent, Yes: r.Yes})
+			continue
+		}
+		i := r.current()
+		if i == len(r.Steps) {
+			emit(events.RunCompleted, "completed", e.completion(r))
+			return out(), action{}
+		}
+		st, ss := r.Skill.Steps[i], &r.Steps[i]
+		switch ss.Status {
+		case StepPending:
+			if st.Condition != nil {
+				v, err := st.Condition.Eval(r.env())
+				if err != nil {
+					emit(events.RunStepFailed, stepSuffix(i, 1, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: 1, Error: events.ErrorInfo{Message: "condition: " + err.Error(), Kind: "expression"}})
+					continue
+				}
+				if b, ok := v.(bool); !ok || !b {
+					emit(events.RunStepSkipped, fmt.Sprintf("s%d/skipped", i), events.StepSkippedData{Step: st.Name, Index: i, Reason: "condition is false: " + st.Condition.Src})
+					continue
+				}
+			}
+			e.startStep(r, i, 1, nil, "", emit)
+		case StepStarted:
+			switch st.Kind {
+			case skill.KindTool:
+				k := flightKey(r.ID, i, ss.Attempt)
+				e.mu.Lock()
+				f := e.inflight[k]
+				e.mu.Unlock()
+				if f != nil && f.state != "lost" {
+					return out(), action{} // running (or its result is on the way)
+				}
+				return out(), action{launch: &launch{index: i, attempt: ss.Attempt, step: st, args: ss.Args}}
+			case skill.KindCompute:
+				e.compute(r, i, ss.Attempt, emit)
+			case skill.KindConfirm:
+				if ss.Answer == nil {
+					if r.Status != StatusPaused {
+						e.askConfirm(r, i, ss.Attempt, em)
+					}
+					return out(), action{}
+				}
+				a := ss.Answer
+				if a.Choice == "cancel" {
+					idx := i
+					emit(events.RunCancelled, "cancelled", events.RunCancelledData{By: a.By, Reason: fmt.Sprintf("%q chosen at confirmation %s (%s)", a.Choice, ss.ConfirmID, a.Method), Step: st.Name, Index: &idx})
+					return out(), action{}
+				}
+				emit(events.RunStepCompleted, stepSuffix(i, ss.Attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: ss.Attempt, Output: a.Choice})
+				emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
+			}
+		case StepFailed:
+			// on_error: continue is done() and never lands here.
+			if st.OnError == skill.OnErrorRetry && ss.Attempt < st.Retry.Attempts && st.Kind == skill.KindTool {
+				next := ss.Attempt + 1
+				e.mu.Lock()
+				_, busy := e.inflight[flightKey(r.ID, i, next)]
+				e.mu.Unlock()
+				if busy {
+					return out(), action{} // the retry is waiting out its backoff
+				}
+				ev, err := e.startEvent(r, i, next, ss.Args, "")
+				if err != nil {
+					return out(), action{}
+				}
+				return out(), action{launch: &launch{index: i, attempt: next, step: st, args: ss.Args, delay: st.Retry.Delay(ss.Attempt), start: ev}}
+			}
+			idx := i
+			emit(events.RunFailed, "failed", events.RunFailedData{Step: st.Name, Index: &idx, Error: *ss.Error, DurationMS: msSince(r.RequestedAt)})
+			return out(), action{}
+		}
+	}
+	return out(), action{}
+}
+
+// emitter builds the runner's events with ids derived from the run and
+// applies each to the run as it goes.
+type emitter struct {
+	e     *engine
+	r     *RunState
+	cause string
+	out   []events.Event
+}
+
+func (m *emitter) emit(t events.Type, suffix string, data any) {
+	ev, err := events.NewEvent(t, m.r.ID, m.r.ID+"/"+suffix, Source, data)
+	if err != nil {
+		m.e.log.Error("build event", "type", t, "err", err)
+		return
+	}
+	ev.SetExtension("causationid", m.cause)
+	_ = m.r.Apply(&ev, 0, m.e.skills)
+	m.out = append(m.out, ev)
+}
+
+// other adds an event of another aggregate (a confirmation) without
+// applying it to the run.
+func (m *emitter) other(ev events.Event) {
+	ev.SetExtension("causationid", m.cause)
+	m.out = append(m.out, ev)
+}
+
+// current is the index of the first step the run has not moved past.
+func (r *RunState) current() int {
+	for i, st := range r.Skill.Steps {
+		if !r.Steps[i].done(st.OnError, st.Retry.Attempts) {
+			return i
+		}
+	}
+	return len(r.Steps)
+}
+
+func stepSuffix(i, attempt int, what string) string {
+	return fmt.Sprintf("s%d/a%d/%s", i, attempt, what)
+}
+
+// startStep emits step.started for attempt, plus what a compute or confirm
+// step does at once.
+func (e *engine) startStep(r *RunState, i, attempt int, args map[string]any, retryOf string, emit func(events.Type, string, any)) {
+	st := r.Skill.Steps[i]
+	data := events.StepStartedData{Step: st.Name, Index: i, Attempt: attempt, Kind: string(st.Kind), RetryOf: retryOf}
+	if st.Kind == skill.KindTool {
+		data.Tool = st.Tool
+		data.IdempotencyKey = tool.IdempotencyKey(r.ID, i, attempt)
+		if args == nil && st.Args != nil {
+			v, err := st.Args.Render(r.env())
+			if err != nil {
+				emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
+				emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool, Error: events.ErrorInfo{Message: "args: " + err.Error(), Kind: "template"}})
+				return
+			}
+			args, _ = v.(map[string]any)
+		}
+		if args == nil {
+			args = map[string]any{}
+		}
+		data.Args, data.ArgsTruncated = truncateMap(args, maxFieldBytes)
+		if data.ArgsTruncated {
+			e.log.Warn("tool args too large for the log; the event holds a preview", "run", r.ID, "step", st.Name)
+		}
+	}
+	emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
+}
+
+func (e *engine) startEvent(r *RunState, i, attempt int, args map[string]any, retryOf string) (*events.Event, error) {
+	st := r.Skill.Steps[i]
+	data := events.StepStartedData{Step: st.Name, Index: i, Attempt: attempt, Kind: string(st.Kind), Tool: st.Tool, Args: args,
+		IdempotencyKey: tool.IdempotencyKey(r.ID, i, attempt), RetryOf: retryOf}
+	ev, err := events.NewEvent(events.RunStepStarted, r.ID, r.ID+"/"+stepSuffix(i, attempt, "started"), Source, data)
+	return &ev, err
+}
+
+func (e *engine) compute(r *RunState, i, attempt int, emit func(events.Type, string, any)) {
+	st := r.Skill.Steps[i]
+	start := time.Now()
+	v, err := st.Compute.Eval(r.env())
+	if err != nil {
+		emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Error: events.ErrorInfo{Message: err.Error(), Kind: "expression"}})
+		return
+	}
+	out, trunc := truncateValue(jsonable(v), maxFieldBytes)
+	emit(events.RunStepCompleted, stepSuffix(i, attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: attempt, Output: out, OutputTruncated: trunc, DurationMS: msSince(start)})
+}
+
+// ConfirmID is the id of the confirmation a confirm step asks for.
+func ConfirmID(runID string, index, attempt int) string {
+	return fmt.Sprintf("%s-s%d-a%d", runID, index, attempt)
+}
+
+func (e *engine) askConfirm(r *RunState, i, attempt int, em *emitter) {
+	st := r.Skill.Steps[i]
+	c := st.Confirm
+	env := r.env()
+	msg, err := c.Message.RenderString(env)
+	if err != nil {
+		em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Error: events.ErrorInfo{Message: "message: " + err.Error(), Kind: "template"}})
+		return
+	}
+	title := ""
+	if c.Title != nil {
+		title, _ = c.Title.RenderString(env)
+	}
+	opts := make([]events.Option, len(c.Options))
+	for k, o := range c.Options {
+		opts[k] = events.Option{Label: o.Label, Value: o.Value, Description: o.Description}
+	}
+	cid := ConfirmID(r.ID, i, attempt)
+	idx := i
+	req := events.ConfirmRequestedData{
+		Title: title, Message: msg, Options: opts, Default: c.Default, TimeoutS: c.Timeout.Seconds(),
+		AIAssist: c.AIAssist, LearnPreference: c.LearnPreference, Yes: r.Yes, Requester: Source,
+		RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
+		Context: confirmContext(r, i),
+	}
+	ev, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested", Source, req)
+	if err != nil {
+		e.log.Error("build confirmation", "run", r.ID, "err", err)
+		return
+	}
+	em.other(ev)
+	em.emit(events.RunPaused, stepSuffix(i, attempt, "paused"), events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: cid, Message: firstLine(msg, 500)})
+}
+
+// launch runs a tool call in its own goroutine. The delivery that caused it
+// stays unacknowledged until the result is in the log, so a crash at any
+// point redelivers it and the call is made again with the same
+// idempotency key.
+func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *launch) {
+	k := flightKey(runID, l.index, l.attempt)
+	fctx, cancel := context.WithCancel(ctx)
+	f := &flight{cancel: cancel, state: "running"}
+	e.mu.Lock()
+	e.inflight[k] = f
+	e.mu.Unlock()
+	finish := d.Hold()
+	call := tool.Call{Tool: l.step.Tool, Args: l.args, RunID: runID, Step: l.step.Name, Attempt: l.attempt, IdempotencyKey: tool.IdempotencyKey(runID, l.index, l.attempt)}
+	go func() {
+		defer cancel()
+		heartbeat := time.NewTicker(max(e.ackWait/3, 100*time.Millisecond))
+		defer heartbeat.Stop()
+		settle := func(state string, err error) {
+			e.mu.Lock()
+			f.state = state
+			e.mu.Unlock()
+			finish(nil, err)
+		}
+		if l.delay > 0 {
+			t := time.NewTimer(l.delay)
+		wait:
+			for {
+				select {
+				case <-t.C:
+					break wait
+				case <-heartbeat.C:
+					_ = d.InProgress()
+				case <-fctx.Done():
+					t.Stop()
+					settle("lost", fctx.Err())
+					return
+				}
+			}
+		}
+		if l.start != nil {
+			if err := e.bus.PublishAll(ctx, []events.Event{*l.start}); err != nil {
+				settle("lost", err)
+				return
+			}
+		}
+		results := make(chan tool.Result, 1)
+		go func() { results <- e.invoker.Invoke(fctx, call) }()
+		var res tool.Result
+	run:
+		for {
+			select {
+			case res = <-results:
+				break run
+			case <-heartbeat.C:
+				_ = d.InProgress()
+			}
+		}
+		ev := e.resultEvent(runID, l, res)
+		if err := e.bus.PublishAll(ctx, []events.Event{ev}); err != nil {
+			e.log.Warn("tool result not stored; the call will be made again", "run", runID, "step", l.step.Name, "err", err)
+			settle("lost", err)
+			return
+		}
+		settle("done", nil)
+	}()
+}
+
+func (e *engine) resultEvent(runID string, l *launch, res tool.Result) events.Event {
+	var ev events.Event
+	var err error
+	if res.Err == nil {
+		out, trunc := truncateValue(res.Output, maxFieldBytes)
+		ev, err = events.NewEvent(events.RunStepCompleted, runID, runID+"/"+stepSuffix(l.index, l.attempt, "completed"), Source,
+			events.StepCompletedData{Step: l.step.Name, Index: l.index, Attempt: l.attempt, Output: out, OutputTruncated: trunc, DurationMS: ms(res.Duration)})
+	} else {
+		msg, trunc := truncateString(res.Err.Message, maxFieldBytes)
+		args, argsTrunc := truncateMap(l.args, maxFieldBytes)
+		out, _ := truncateValue(res.Output, maxFieldBytes/4)
+		ev, err = events.NewEvent(events.RunStepFailed, runID, runID+"/"+stepSuffix(l.index, l.attempt, "failed"), Source,
+			events.StepFailedData{Step: l.step.Name, Index: l.index, Attempt: l.attempt, Tool: l.step.Tool, Args: args, ArgsTruncated: argsTrunc,
+				Error: events.ErrorInfo{Message: msg, Kind: res.Err.Kind, ExitCode: res.Err.ExitCode, Truncated: trunc}, Output: out, DurationMS: ms(res.Duration)})
+	}
+	if err != nil {
+		e.log.Error("build result event", "err", err)
+	}
+	return ev
+}
+
+// cancelFlights stops the tool calls of a cancelled run.
+func (e *engine) cancelFlights(runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prefix := runID + "/"
+	for k, f := range e.inflight {
+		if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			f.cancel()
+		}
+	}
+}
+
+func (e *engine) completion(r *RunState) events.RunCompletedData {
+	d := events.RunCompletedData{DurationMS: msSince(r.RequestedAt)}
+	if r.Skill.Summary != nil {
+		s, err := r.Skill.Summary.RenderString(r.env())
+		if err != nil {
+			s = "(summary failed: " + err.Error() + ")"
+		}
+		d.Summary, _ = truncateString(s, maxFieldBytes)
+	}
+	outs, trunc := truncateMap(r.outputs(), 4*maxFieldBytes)
+	if len(outs) > 0 {
+		d.Outputs, d.OutputsTruncated = outs, trunc
+	}
+	return d
+}
+
+// confirmContext is what an agent or person needs to decide: the recent
+// steps and the values bound so far.
+func confirmContext(r *RunState, i int) map[string]any {
+	var recent []map[string]any
+	for k := max(0, i-5); k < i; k++ {
+		s := r.Steps[k]
+		entry := map[string]any{"step": r.Skill.Steps[k].Name, "status": s.Status}
+		if s.Error != nil {
+			entry["error"] = s.Error.Message
+		}
+		if s.Output != nil {
+			entry["output"], _ = truncateValue(s.Output, 1024)
+		}
+		recent = append(recent, entry)
+	}
+	vars, _ := truncateMap(r.outputs(), 8*1024)
+	inputs, _ := truncateMap(r.Inputs, 4*1024)
+	return map[string]any{"recent_steps": recent, "variables": vars, "inputs": inputs}
+}

@@ -1,0 +1,91 @@
+// Package runner is the skill runner service: it runs skills as
+// event-sourced runs that pause at confirm steps, resume on an answer,
+// retry failed steps and survive the crash of any process. Every run is a
+// sequence of events on JetStream; the runner keeps nothing the log cannot
+// give back.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Config configures the runner.
+type Config struct {
+	// ToolsFile is the tools file (see docs/SKILLS.md). Without one, only
+	// skills without tool steps can run.
+	ToolsFile string
+	// Workers is how many goroutines drive runs (runs are partitioned).
+	Workers int
+	// AckWait is how long a delivery may go without a heartbeat before the
+	// server redelivers it: after a crash, runs resume within about this.
+	AckWait time.Duration
+	// MaxInFlight bounds unacknowledged deliveries (≈ concurrent tool calls).
+	MaxInFlight int
+}
+
+func (c *Config) defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 5 * time.Second
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 20000
+	}
+}
+
+// ConsumerName is the runner's durable consumer.
+const ConsumerName = "runner"
+
+// Run runs the runner until ctx is done, then drains.
+func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
+	cfg.defaults()
+	reg := &tool.Registry{}
+	if cfg.ToolsFile != "" {
+		var err error
+		if reg, err = tool.LoadFile(cfg.ToolsFile); err != nil {
+			return err
+		}
+		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
+	}
+	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
+		Name:          ConsumerName,
+		Description:   "skill runner: drives runs from their events",
+		Filters:       []string{"heed.run.>", "heed.confirm.*.answered"},
+		AckWait:       cfg.AckWait,
+		MaxAckPending: cfg.MaxInFlight,
+		Workers:       cfg.Workers,
+		PartitionKey:  runIDOf,
+		Logger:        rt.Log,
+	}, eng.handle)
+	if err != nil {
+		return err
+	}
+	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-runner-commands", Version: service.Version, Description: "heed skill runner commands: start, continue, retry, cancel"})
+	if err != nil {
+		return fmt.Errorf("register commands: %w", err)
+	}
+	if err := (&commands{e: eng, tools: reg}).register(svc); err != nil {
+		return fmt.Errorf("register commands: %w", err)
+	}
+	rt.AddCheck("runner", func() any {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		return map[string]any{"consumer": cons.Stats(), "runs_cached": len(eng.runs), "tool_calls_in_flight": len(eng.inflight), "tools": reg.Names()}
+	})
+	<-ctx.Done()
+	_ = svc.Stop()
+	dctx, cancel := service.DrainContext()
+	defer cancel()
+	cons.Stop(dctx)
+	return nil
+}

@@ -1,0 +1,130 @@
+package tool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heedhq/heed/services/runner/skill"
+)
+
+// runExec runs an exec tool without a shell: every argv template renders to
+// exactly one argv element, so no value can add words or run code.
+func runExec(ctx context.Context, s *Spec, c Call) Result {
+	env := map[string]any{
+		"args": c.Args,
+		"run":  map[string]any{"id": c.RunID, "step": c.Step, "attempt": c.Attempt, "idempotency_key": c.IdempotencyKey},
+	}
+	argv := make([]string, 0, len(s.argv))
+	for i, t := range s.argv {
+		v, err := t.Render(env)
+		if err != nil {
+			return Result{Err: &Error{Kind: "template", Message: fmt.Sprintf("tool %s args[%d]: %v", s.Name, i, err)}}
+		}
+		argv = append(argv, skill.Stringify(v))
+	}
+	cmd := exec.Command(s.program, argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // kill the whole group on timeout
+	cmd.Env = execEnv(s, c)
+	stdin, _ := json.Marshal(c.Args)
+	cmd.Stdin = bytes.NewReader(stdin)
+	stdout := &capped{max: s.MaxOutput}
+	stderr := &capped{max: 64 * 1024}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		kind := "exec"
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			kind = "not_found"
+		}
+		return Result{Err: &Error{Kind: kind, Message: fmt.Sprintf("tool %s: cannot start %s: %v", s.Name, s.program, err)}}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case err = <-done:
+		case <-time.After(2 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			err = <-done
+		}
+		kind, what := "timeout", fmt.Sprintf("timed out after %s", s.timeout)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			kind, what = "cancelled", "cancelled"
+		}
+		return Result{Output: parseOutput(stdout.Bytes()), Err: &Error{Kind: kind, Message: fmt.Sprintf("tool %s %s", s.Name, what)}}
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code := ee.ExitCode()
+			msg := strings.TrimSpace(stderr.String())
+			if msg == "" {
+				msg = strings.TrimSpace(stdout.String())
+			}
+			if msg == "" {
+				msg = fmt.Sprintf("tool %s exited with status %d", s.Name, code)
+			}
+			return Result{Output: parseOutput(stdout.Bytes()), Err: &Error{Kind: "exit", Message: msg, ExitCode: &code}}
+		}
+		return Result{Err: &Error{Kind: "exec", Message: fmt.Sprintf("tool %s: %v", s.Name, err)}}
+	}
+	return Result{Output: parseOutput(stdout.Bytes())}
+}
+
+// execEnv is the allowlisted environment plus what heed tells every tool.
+func execEnv(s *Spec, c Call) []string {
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, name := range s.Env {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	for k, v := range s.SetEnv {
+		env = append(env, k+"="+v)
+	}
+	args, _ := json.Marshal(c.Args)
+	return append(env,
+		"HEED_TOOL="+s.Name,
+		"HEED_RUN_ID="+c.RunID,
+		"HEED_STEP="+c.Step,
+		"HEED_ATTEMPT="+strconv.Itoa(c.Attempt),
+		"HEED_IDEMPOTENCY_KEY="+c.IdempotencyKey,
+		"HEED_ARGS="+string(args),
+	)
+}
+
+// capped is a buffer that keeps the first max bytes.
+type capped struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		if len(p) > room {
+			c.buf.Write(p[:room])
+			c.truncated = true
+		} else {
+			c.buf.Write(p)
+		}
+	} else if len(p) > 0 {
+		c.truncated = true
+	}
+	return len(p), nil
+}
+
+func (c *capped) Bytes() []byte  { return c.buf.Bytes() }
+func (c *capped) String() string { return c.buf.String() }

@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxFieldBytes bounds one output, args or error in an event: the log
+// keeps what an operator needs to see, not whole payloads.
+const maxFieldBytes = 16 * 1024
+
+// truncateValue returns v, or a string preview of its JSON when larger than
+// max.
+func truncateValue(v any, max int) (any, bool) {
+	if v == nil {
+		return nil, false
+	}
+	if s, ok := v.(string); ok {
+		return truncateString(s, max)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, true
+	}
+	if len(b) <= max {
+		return v, false
+	}
+	p, _ := truncateString(string(b), max)
+	return p, true
+}
+
+// truncateMap is truncateValue for objects: a too-large map becomes
+// {"preview": "<json…>"}.
+func truncateMap(m map[string]any, max int) (map[string]any, bool) {
+	if m == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return map[string]any{"preview": "(not JSON)"}, true
+	}
+	if len(b) <= max {
+		return m, false
+	}
+	p, _ := truncateString(string(b), max)
+	return map[string]any{"preview": p}, true
+}
+
+func truncateString(s string, max int) (string, bool) {
+	if len(s) <= max {
+		return s, false
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…", true
+}
+
+// jsonable normalizes an expression result to JSON-shaped data.
+func jsonable(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func firstLine(s string, max int) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	t, _ := truncateString(l, max)
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func msSince(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return ms(time.Since(t))
+}

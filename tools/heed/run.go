@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/runner"
+	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// Exit statuses of `heed run`.
+const (
+	exitCompleted = 0
+	exitFailed    = 1
+	exitUsage     = 2
+	exitCancelled = 3
+)
+
+func newRunCmd(g *globals) *cobra.Command {
+	var inputs []string
+	var yes, detach bool
+	var agent string
+	cmd := &cobra.Command{
+		Use:   "run SKILL.yaml",
+		Short: "Run a skill and follow it until it ends (exit 0 only if it completed)",
+		Long: `Run a skill: the runner executes it as an event-sourced run. heed run prints
+each step as it happens (a live line on a terminal, plain lines when piped)
+and waits for the run to end. At a confirm step it shows the question; answer
+it here or from anywhere with 'heed confirm answer'.
+
+Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			src, err := os.ReadFile(args[0])
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			if _, err := skill.Load(args[0], src); err != nil {
+				return &exitError{code: exitUsage, msg: "the skill has errors:\n" + err.Error()}
+			}
+			in, err := parseKV(inputs, false)
+			if err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			req := runner.StartRequest{Inputs: in, Yes: yes, Agent: agent, RequestedBy: whoami()}
+			req.Skill.Source, req.Skill.File = string(src), args[0]
+			var reply runner.Reply
+			if err := c.request(ctx, runner.SubjectStart, req, &reply); err != nil {
+				if events.CodeOf(err) == events.CodeInvalidRequest {
+					return &exitError{code: exitUsage, msg: err.Error()}
+				}
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "run %s started (heed audit %s)\n", reply.RunID, reply.RunID)
+			if detach {
+				return nil
+			}
+			return follow(ctx, c, reply.RunID, out)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&inputs, "input", "i", nil, "input as key=value (repeatable)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer every confirmation with proceed (override)")
+	cmd.Flags().BoolVar(&detach, "detach", false, "print the run id and return at once")
+	cmd.Flags().StringVar(&agent, "agent", "", "the agent that owns the run (answers ai_assist questions)")
+	return cmd
+}
+
+// follow prints a run's events until it ends and returns its exit status.
+func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
+	tty := isTerminal(out)
+	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectFilter("run", runID)},
+	})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	go func() { <-ctx.Done(); it.Stop() }()
+	p := &progress{out: out, tty: tty}
+	defer p.clear()
+	stopSpin := p.spin()
+	defer stopSpin()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return &exitError{code: 130, msg: fmt.Sprintf("stopped following; run %s goes on (heed audit %s)", runID, runID)}
+			}
+			return err
+		}
+		ev, err := c.bus.Codec().Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil {
+			continue
+		}
+		if code, done := p.event(ev); done {
+			if code == exitCompleted {
+				return nil
+			}
+			return &exitError{code: code}
+		}
+	}
+}
+
+// progress renders run events for a person.
+type progress struct {
+	out     io.Writer
+	tty     bool
+	current string
+	since   time.Time
+	mu      sync.Mutex
+}
+
+func (p *progress) lock()   { p.mu.Lock() }
+func (p *progress) unlock() { p.mu.Unlock() }
+
+var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+// spin redraws the live line on a terminal while a step runs.
+func (p *progress) spin() func() {
+	if !p.tty {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				p.lock()
+				if p.current != "" {
+					fmt.Fprintf(p.out, "\r\033[K%s %s (%s)", spinnerFrames[i%len(spinnerFrames)], p.current, time.Since(p.since).Round(100*time.Millisecond))
+				}
+				p.unlock()
+			}
+		}
+	}()
+	return func() { close(stop) }
+}
+
+func (p *progress) clear() {
+	if p.tty {
+		fmt.Fprint(p.out, "\r\033[K")
+	}
+}
+
+func (p *progress) line(format string, args ...any) {
+	if p.tty {
+		fmt.Fprint(p.out, "\r\033[K")
+	}
+	fmt.Fprintf(p.out, format+"\n", args...)
+}
+
+// event prints one event; done is true when the run ended.
+func (p *progress) event(ev *events.Event) (code int, done bool) {
+	p.lock()
+	defer p.unlock()
+	var d map[string]any
+	_ = json.Unmarshal(ev.Data(), &d)
+	str := func(k string) string {
+		if v, ok := d[k]; ok && v != nil {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	switch events.Type(ev.Type()) {
+	case events.RunStarted:
+		if steps, ok := d["steps"].([]any); ok {
+			p.line("skill %s: %d steps", str("skill"), len(steps))
+		}
+	case events.RunStepStarted:
+		p.current, p.since = str("step"), time.Now()
+		if a := str("attempt"); a != "1" && a != "" {
+			p.current += " (attempt " + a + ")"
+		}
+		if !p.tty {
+			p.line("… %s", p.current)
+		}
+	case events.RunStepCompleted:
+		p.current = ""
+		p.line("✓ %s  %s", str("step"), truncate(oneLineJSON(d["output"]), 80))
+	case events.RunStepFailed:
+		p.current = ""
+		msg := ""
+		if e, ok := d["error"].(map[string]any); ok {
+			msg = fmt.Sprint(e["message"])
+		}
+		p.line("✗ %s (attempt %s): %s", str("step"), str("attempt"), truncate(firstLine(msg), 200))
+	case events.RunStepSkipped:
+		p.line("- %s skipped: %s", str("step"), str("reason"))
+	case events.RunPaused:
+		p.current = ""
+		if str("reason") == events.PauseAwaitingConfirmation {
+			p.line("? %s: %s", str("step"), str("message"))
+			p.line("  waiting for an answer: heed confirm answer %s <choice>   (or heed confirm show %s)", str("confirm_id"), str("confirm_id"))
+		} else {
+			p.line("… paused: %s", str("reason"))
+		}
+	case events.RunResumed:
+		p.line("→ resumed at %s: %s (%s by %s)", str("step"), str("choice"), str("method"), str("by"))
+	case events.RunCompleted:
+		p.current = ""
+		p.line("run completed in %sms", str("duration_ms"))
+		if s := str("summary"); s != "" {
+			p.line("%s", strings.TrimRight(s, "\n"))
+		}
+		return exitCompleted, true
+	case events.RunFailed:
+		p.current = ""
+		msg := ""
+		if e, ok := d["error"].(map[string]any); ok {
+			msg = fmt.Sprint(e["message"])
+		}
+		p.line("run failed at %s: %s", str("step"), msg)
+		return exitFailed, true
+	case events.RunCancelled:
+		p.current = ""
+		p.line("run cancelled by %s: %s", str("by"), str("reason"))
+		return exitCancelled, true
+	}
+	return 0, false
+}
+
+func oneLineJSON(v any) string {
+	if v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return firstLine(s)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
