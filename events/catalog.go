@@ -27,6 +27,14 @@ const (
 	ConfirmRequested Type = "heed.confirm.requested"
 	ConfirmAnswered  Type = "heed.confirm.answered"
 	ConfirmExpired   Type = "heed.confirm.expired"
+	ConfirmDelegated Type = "heed.confirm.delegated"
+)
+
+// Preference events: one aggregate per remembered choice, subject
+// heed.pref.<pref-id>.<verb>.
+const (
+	PrefSet       Type = "heed.pref.set"
+	PrefForgotten Type = "heed.pref.forgotten"
 )
 
 // TypeInfo describes one event type for the catalog (docs/EVENTS.md is
@@ -52,9 +60,12 @@ var catalog = []TypeInfo{
 	{RunCompleted, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run finished successfully"},
 	{RunFailed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run stopped on an error"},
 	{RunCancelled, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run was cancelled"},
-	{ConfirmRequested, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a question with options awaits an answer"},
-	{ConfirmAnswered, []string{"cli", "agent"}, []string{"runner", "indexer"}, "the one answer to a confirmation"},
-	{ConfirmExpired, []string{"nats-server schedule"}, []string{"indexer"}, "a confirmation reached its deadline"},
+	{ConfirmRequested, []string{"runner", "confirm-router", "agent"}, []string{"confirm-router", "channels", "indexer"}, "a question with options awaits an answer"},
+	{ConfirmAnswered, []string{"confirm-router", "cli", "channels", "agent"}, []string{"runner", "confirm-router", "indexer"}, "the one answer to a confirmation"},
+	{ConfirmExpired, []string{"nats-server (schedule set by confirm-router)"}, []string{"confirm-router", "indexer"}, "a confirmation reached its deadline"},
+	{ConfirmDelegated, []string{"confirm-router"}, []string{"agents", "indexer"}, "a confirmation was handed to the run's agent (ai_assist)"},
+	{PrefSet, []string{"confirm-router"}, []string{"learner", "indexer"}, "a choice was remembered (always for this skill step or error)"},
+	{PrefForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a remembered choice was revoked"},
 }
 
 // Catalog returns a copy of the catalog sorted by type.

@@ -1,6 +1,10 @@
 package events
 
-import "time"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
 
 // Payloads of the event types, mirroring schemas/events/*.json (a test
 // checks that instances of these validate). Optional fields use omitempty.
@@ -152,6 +156,7 @@ type ConfirmRequestedData struct {
 	LearnPreference bool           `json:"learn_preference,omitempty"`
 	Yes             bool           `json:"yes,omitempty"`
 	Requester       string         `json:"requester"`
+	Agent           string         `json:"agent,omitempty"`
 	RunID           string         `json:"run_id,omitempty"`
 	Skill           string         `json:"skill,omitempty"`
 	Step            string         `json:"step,omitempty"`
@@ -187,4 +192,55 @@ type ConfirmExpiredData struct {
 	Deadline time.Time `json:"deadline"`
 	Default  string    `json:"default,omitempty"`
 	RunID    string    `json:"run_id,omitempty"`
+}
+
+// ConfirmDelegatedData is heed.confirm.delegated.
+type ConfirmDelegatedData struct {
+	Agent    string         `json:"agent"`
+	RunID    string         `json:"run_id,omitempty"`
+	Skill    string         `json:"skill,omitempty"`
+	Step     string         `json:"step,omitempty"`
+	Message  string         `json:"message"`
+	Options  []Option       `json:"options"`
+	Default  string         `json:"default,omitempty"`
+	Deadline time.Time      `json:"deadline"`
+	Context  map[string]any `json:"context,omitempty"`
+	Question string         `json:"question,omitempty"`
+}
+
+// Preference scopes.
+const (
+	ScopeSkillStep = "skill_step"
+	ScopeError     = "error"
+)
+
+// PrefSetData is heed.pref.set.
+type PrefSetData struct {
+	Scope        string `json:"scope"`
+	Skill        string `json:"skill,omitempty"`
+	Step         string `json:"step,omitempty"`
+	Tool         string `json:"tool,omitempty"`
+	ErrorPattern string `json:"error_pattern,omitempty"`
+	Choice       string `json:"choice"`
+	By           string `json:"by"`
+	LearnedFrom  string `json:"learned_from,omitempty"`
+	ConfirmID    string `json:"confirm_id,omitempty"`
+}
+
+// PrefForgottenData is heed.pref.forgotten.
+type PrefForgottenData struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// PrefID is the aggregate id of the preference for scope and its key parts
+// (skill and step for skill_step; tool and error pattern for error).
+func PrefID(scope string, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return "pref-" + hex.EncodeToString(h.Sum(nil)[:10])
 }

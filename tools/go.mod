@@ -30,3 +30,7 @@ replace (
 	github.com/heedhq/heed/services/confirm => ../services/confirm
 	github.com/heedhq/heed/services/runner => ../services/runner
 )
+
+require github.com/heedhq/heed/services/learner v0.0.0
+
+replace github.com/heedhq/heed/services/learner => ../services/learner

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/learner"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // Source is the CloudEvents source of the router's events.
@@ -21,6 +25,9 @@ type Config struct {
 	MinTimeout     time.Duration // requests are clamped to [Min, Max]
 	MaxTimeout     time.Duration
 	Workers        int
+	// RulesFile holds standing decisions (see docs/CONFIRMATIONS.md).
+	RulesFile string
+	Rules     *Rules
 }
 
 func (c *Config) defaults() {
@@ -52,19 +59,45 @@ func (c Config) Deadline(t time.Time, timeoutS float64) time.Time {
 const ConsumerName = "confirm-router"
 
 type router struct {
-	cfg Config
-	bus *events.Bus
-	log *slog.Logger
+	cfg   Config
+	bus   *events.Bus
+	log   *slog.Logger
+	prefs jetstream.KeyValue
 }
 
 // Run runs the router until ctx is done, then drains.
 func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	cfg.defaults()
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log}
+	if cfg.Rules == nil && cfg.RulesFile != "" {
+		rules, err := LoadRules(cfg.RulesFile)
+		if err != nil {
+			return err
+		}
+		cfg.Rules = rules
+		rt.Log.Info("confirmation rules loaded", "file", cfg.RulesFile, "rules", len(rules.List))
+	}
+	for _, b := range learner.Buckets() {
+		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
+			return err
+		}
+	}
+	prefs, err := rt.Bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+	if err != nil {
+		return fmt.Errorf("preferences bucket: %w", err)
+	}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs}
+	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests"})
+	if err != nil {
+		return fmt.Errorf("register commands: %w", err)
+	}
+	if err := svc.AddEndpoint("request", micro.HandlerFunc(r.requestCommand), micro.WithEndpointSubject(SubjectRequest)); err != nil {
+		return fmt.Errorf("register commands: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
 		Description: "confirm router: answers confirmations in layers and enforces deadlines",
-		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired"},
+		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
 	}, r.handle)
@@ -90,15 +123,18 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		return nil, r.route(ctx, id, d, &req)
 	case events.ConfirmExpired:
 		return nil, r.expire(ctx, id, d)
+	case events.ConfirmAnswered:
+		return r.remember(ctx, id, d)
 	}
 	return nil, nil
 }
 
-// route decides how a request is answered. Layers, in order: the --yes
-// override; otherwise people (every channel subscribed to the request)
-// until the deadline, which the stream itself holds.
+// route decides how a request is answered, layer by layer: the --yes
+// override, an operator rule, a learned preference, the run's agent
+// (ai_assist), and otherwise people on every channel until the deadline,
+// which the stream itself holds.
 func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *events.ConfirmRequestedData) error {
-	if problem := Validate(req); problem != "" {
+	if problem := Validate(req, MaxMessageBytes); problem != "" {
 		// Nothing can be offered: answer it as an error with the safest
 		// choice so whoever waits is not left hanging.
 		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: SafeChoice(req), Method: events.MethodError, By: Source, Reason: "invalid request: " + problem}, "error")
@@ -106,13 +142,60 @@ func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *
 	if req.Yes {
 		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: ProceedChoice(req), Method: events.MethodOverride, By: Source, Reason: "--yes override"}, "override")
 	}
+	rule, err := r.cfg.Rules.Match(req)
+	if err != nil {
+		r.log.Warn("rule failed; asking people", "confirm", id, "err", err)
+	}
+	if rule != nil && !rule.Ask {
+		choice := rule.Answer
+		if choice == "proceed" && !hasOption(req, "proceed") {
+			choice = ProceedChoice(req)
+		}
+		if hasOption(req, choice) {
+			return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodMemory, By: Source, Reason: "rule: " + rule.Name}, "rule")
+		}
+		r.log.Warn("rule answer is not an option; asking people", "confirm", id, "rule", rule.Name, "answer", rule.Answer)
+	}
+	if rule == nil && req.LearnPreference {
+		if p, ok := r.preference(ctx, req); ok && hasOption(req, p.Choice) {
+			return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: p.Choice, Method: events.MethodMemory, By: Source,
+				Reason: fmt.Sprintf("remembered choice %s (set by %s)", p.ID, p.By), LearnedFrom: p.LearnedFrom}, "memory")
+		}
+	}
 	deadline := r.cfg.Deadline(d.Event.Time(), req.TimeoutS)
+	var extra []events.Event
+	if req.AIAssist && req.Agent != "" {
+		del, err := events.NewEvent(events.ConfirmDelegated, id, id+"/delegated", Source, events.ConfirmDelegatedData{
+			Agent: req.Agent, RunID: req.RunID, Skill: req.Skill, Step: req.Step, Message: req.Message, Options: req.Options,
+			Default: DefaultChoice(req), Deadline: deadline.UTC(), Context: req.Context,
+			Question: "Review the context and answer with `heed continue " + req.RunID + " --choice <value> --reason <why>`.",
+		})
+		if err != nil {
+			return err
+		}
+		extra = append(extra, del)
+	}
+	return r.scheduleDeadline(ctx, id, d.Seq, req, deadline, extra)
+}
+
+// scheduleDeadline stores the deadline in the stream as a message
+// schedule: it fires even if no router is running at that moment, and 100k
+// pending deadlines cost no goroutine. It is written only if nothing was
+// appended to the confirmation since the request (an early answer).
+func (r *router) scheduleDeadline(ctx context.Context, id string, seq uint64, req *events.ConfirmRequestedData, deadline time.Time, extra []events.Event) error {
 	exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: deadline.UTC(), Default: DefaultChoice(req), RunID: req.RunID})
 	if err != nil {
 		return err
 	}
-	_, err = r.bus.Schedule(ctx, &exp, ScheduleSubject(id), deadline, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: d.Seq})
-	if errors.Is(err, events.ErrConflict) {
+	for attempt := 0; attempt < 5; attempt++ {
+		ack, err := r.bus.Schedule(ctx, &exp, ScheduleSubject(id), deadline, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq})
+		if err == nil {
+			_ = ack
+			return r.bus.PublishAll(ctx, extra)
+		}
+		if !errors.Is(err, events.ErrConflict) {
+			return err
+		}
 		st, lerr := Load(ctx, r.bus, id)
 		if lerr != nil {
 			return lerr
@@ -120,9 +203,88 @@ func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *
 		if !st.Open() || st.Expired != nil {
 			return nil // answered (or expired) meanwhile: no deadline needed
 		}
-		_, err = r.bus.Schedule(ctx, &exp, ScheduleSubject(id), deadline, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq})
+		seq = st.LastSeq
 	}
-	return err
+	return events.Errorf(events.CodeConflict, "confirmation %s keeps changing", id)
+}
+
+// preference looks up a remembered choice for the request.
+func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedData) (learner.Pref, bool) {
+	var ids []string
+	if tool, _ := req.Context["tool"].(string); tool != "" {
+		if msg, _ := req.Context["error"].(string); msg != "" {
+			ids = append(ids, events.PrefID(events.ScopeError, tool, learner.ErrorSignature(msg)))
+		}
+	}
+	if req.Skill != "" && req.Step != "" {
+		ids = append(ids, events.PrefID(events.ScopeSkillStep, req.Skill, req.Step))
+	}
+	for _, id := range ids {
+		e, err := r.prefs.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if p, ok := learner.ReadPref(e.Value()); ok {
+			return p, true
+		}
+	}
+	return learner.Pref{}, false
+}
+
+// remember turns an answer that asked to be remembered into a preference
+// event (or revokes one for "ask again").
+func (r *router) remember(ctx context.Context, id string, d *events.Delivery) ([]events.Event, error) {
+	var a events.ConfirmAnsweredData
+	if err := json.Unmarshal(d.Event.Data(), &a); err != nil {
+		return nil, events.Poison(err)
+	}
+	if a.Remember == "" {
+		return nil, nil
+	}
+	st, err := Load(ctx, r.bus, id)
+	if err != nil {
+		return nil, err
+	}
+	req := st.Request
+	var prefID string
+	set := events.PrefSetData{Choice: a.Choice, By: a.By, LearnedFrom: d.Event.ID(), ConfirmID: id}
+	switch a.Remember {
+	case "skill_step", "ask_again":
+		if req.Skill == "" || req.Step == "" {
+			return nil, nil
+		}
+		prefID = events.PrefID(events.ScopeSkillStep, req.Skill, req.Step)
+		set.Scope, set.Skill, set.Step = events.ScopeSkillStep, req.Skill, req.Step
+	case "error":
+		tool, _ := req.Context["tool"].(string)
+		msg, _ := req.Context["error"].(string)
+		if tool == "" || msg == "" {
+			return nil, nil
+		}
+		prefID = events.PrefID(events.ScopeError, tool, learner.ErrorSignature(msg))
+		set.Scope, set.Tool, set.ErrorPattern = events.ScopeError, tool, learner.ErrorSignature(msg)
+	}
+	if a.Remember == "ask_again" {
+		ev, err := events.NewEvent(events.PrefForgotten, prefID, d.Event.ID()+"/forget", Source, events.PrefForgottenData{By: a.By, Reason: "ask again (answer " + d.Event.ID() + ")"})
+		if err != nil {
+			return nil, err
+		}
+		return []events.Event{ev}, nil
+	}
+	ev, err := events.NewEvent(events.PrefSet, prefID, d.Event.ID()+"/pref", Source, set)
+	if err != nil {
+		return nil, err
+	}
+	return []events.Event{ev}, nil
+}
+
+func hasOption(req *events.ConfirmRequestedData, v string) bool {
+	for _, o := range req.Options {
+		if o.Value == v {
+			return true
+		}
+	}
+	return false
 }
 
 // expire answers with the default when the deadline fired first.
@@ -208,11 +370,21 @@ func isCancel(v string) bool {
 	return false
 }
 
-// Validate reports what makes a request unanswerable: duplicate option
-// values, a default that is not an option, control characters.
-func Validate(req *events.ConfirmRequestedData) string {
+// MaxMessageBytes bounds a confirmation's message.
+const MaxMessageBytes = 8000
+
+// Validate reports what makes a request unanswerable: an empty, over-long
+// or control-character message, no options, duplicate option values, a
+// default that is not an option.
+func Validate(req *events.ConfirmRequestedData, maxMessage int) string {
 	if strings.TrimSpace(req.Message) == "" {
 		return "empty message"
+	}
+	if len(req.Message) > maxMessage {
+		return fmt.Sprintf("message is %d bytes; the limit is %d", len(req.Message), maxMessage)
+	}
+	if len(req.Options) == 0 {
+		return "no options"
 	}
 	for _, r := range req.Message {
 		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
@@ -221,6 +393,9 @@ func Validate(req *events.ConfirmRequestedData) string {
 	}
 	seen := map[string]bool{}
 	for _, o := range req.Options {
+		if strings.TrimSpace(o.Value) == "" || strings.TrimSpace(o.Label) == "" {
+			return "an option has an empty label or value"
+		}
 		if seen[o.Value] {
 			return "option value " + o.Value + " appears twice"
 		}

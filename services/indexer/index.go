@@ -118,8 +118,17 @@ func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) e
 // stay put: a late event does not revive a finished aggregate.
 func status(t events.Type, cur string) string {
 	switch cur {
-	case "completed", "failed", "cancelled", "answered":
+	case "completed", "cancelled", "answered":
 		return ""
+	case "failed":
+		// A failed run can be reopened by a retry.
+		if t != events.RunResumed && t != events.RunStepStarted {
+			return ""
+		}
+	case "forgotten":
+		if t != events.PrefSet {
+			return ""
+		}
 	}
 	switch t {
 	case events.RunRequested:
@@ -140,6 +149,12 @@ func status(t events.Type, cur string) string {
 		return "expired"
 	case events.ConfirmAnswered:
 		return "answered"
+	case events.ConfirmDelegated:
+		return "delegated"
+	case events.PrefSet:
+		return "active"
+	case events.PrefForgotten:
+		return "forgotten"
 	}
 	if cur == "" {
 		return "active"

@@ -385,7 +385,7 @@ func (e *engine) askConfirm(r *RunState, i, attempt int, em *emitter) {
 	idx := i
 	req := events.ConfirmRequestedData{
 		Title: title, Message: msg, Options: opts, Default: c.Default, TimeoutS: c.Timeout.Seconds(),
-		AIAssist: c.AIAssist, LearnPreference: c.LearnPreference, Yes: r.Yes, Requester: Source,
+		AIAssist: c.AIAssist, LearnPreference: c.LearnPreference, Yes: r.Yes, Requester: Source, Agent: r.Agent,
 		RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
 		Context: confirmContext(r, i),
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/services/runner/skill"
 	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -180,7 +183,58 @@ func newRunsCmd(g *globals) *cobra.Command {
 }
 
 func newConfirmCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "confirm", Short: "Answer and inspect confirmations"}
+	var yes, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "confirm [CONFIRM-ID]",
+		Short: "Answer a confirmation at this terminal (the oldest waiting one, or the next to arrive)",
+		Long: `Ask the person at this terminal: the question, numbered options, a live
+countdown. Enter takes the default, a digit picks that option, 'a' remembers
+the choice for this skill step, Ctrl-C cancels. An answer from any other
+channel ends the prompt too. Without a terminal it fails at once (exit 2)
+unless --yes answers with the proceed option.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			} else if id, err = nextPending(cmd, c); err != nil {
+				return err
+			}
+			st, err := confirm.Load(ctx, c.bus, id)
+			if err != nil {
+				return err
+			}
+			var res promptResult
+			if yes {
+				start := time.Now()
+				choice := confirm.ProceedChoice(st.Request)
+				_, err = confirm.Answer(ctx, c.bus, "heed/cli", id, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodOverride, By: whoami(), Channel: "cli", Reason: "--yes"})
+				res = promptResult{Choice: choice, Method: events.MethodOverride, By: whoami(), Duration: time.Since(start)}
+			} else {
+				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
+				if errors.Is(err, errNoTerminal) {
+					return &exitError{code: 2, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), res)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "→ %s (%s by %s, %s)\n", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option (override) instead of asking")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
 	var reason, by string
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
@@ -254,6 +308,41 @@ func newConfirmCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(answer, show, list)
 	return cmd
+}
+
+// nextPending returns the oldest confirmation waiting for an answer, or
+// waits for the next request.
+func nextPending(cmd *cobra.Command, c *client) (string, error) {
+	ctx := cmd.Context()
+	reqs := make(chan *nats.Msg, 16)
+	sub, err := c.nc.ChanSubscribe("heed.confirm.*.requested", reqs)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	entries, err := indexEntries(cmd, c, "confirm")
+	if err != nil {
+		return "", err
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].Status == "pending" || entries[i].Status == "delegated" {
+			return entries[i].ID, nil
+		}
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "waiting for a confirmation request (Ctrl-C to stop)")
+	for {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case m := <-reqs:
+			if _, id, _, ok := events.ParseSubject(m.Subject); ok {
+				time.Sleep(50 * time.Millisecond) // let the router's fast layers answer first
+				if st, err := confirm.Load(ctx, c.bus, id); err == nil && st.Open() {
+					return id, nil
+				}
+			}
+		}
+	}
 }
 
 func printConfirm(w writer, st *confirm.State) {

@@ -69,6 +69,7 @@ func newRoot() *cobra.Command {
 		newRunsCmd(g),
 		newConfirmCmd(g),
 		newSkillCmd(),
+		newPrefsCmd(g),
 	)
 	return root
 }

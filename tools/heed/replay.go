@@ -7,12 +7,13 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/services/learner"
 	"github.com/spf13/cobra"
 )
 
 // projections are every KV projection heed keeps; replay rebuilds each.
 func projections() []events.Projection {
-	return []events.Projection{indexer.Projection{}}
+	return append([]events.Projection{indexer.Projection{}}, learner.Projections()...)
 }
 
 func newReplayCmd(g *globals) *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/services/runner/skill"
 	"github.com/nats-io/nats.go"
@@ -99,6 +100,7 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 	defer it.Stop()
 	go func() { <-ctx.Done(); it.Stop() }()
 	p := &progress{out: out, tty: tty}
+	interactive := tty && term.IsTerminal(int(os.Stdin.Fd()))
 	defer p.clear()
 	stopSpin := p.spin()
 	defer stopSpin()
@@ -113,6 +115,22 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 		ev, err := c.bus.Codec().Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 		if err != nil {
 			continue
+		}
+		if interactive && events.Type(ev.Type()) == events.RunPaused {
+			var pd events.RunPausedData
+			if json.Unmarshal(ev.Data(), &pd) == nil && pd.Reason == events.PauseAwaitingConfirmation {
+				if st, err := confirm.Load(ctx, c.bus, pd.ConfirmID); err == nil && st.Open() {
+					p.lock()
+					p.current = ""
+					p.clear()
+					res, err := prompt(ctx, c, st, os.Stdin, out)
+					if err == nil {
+						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
+					}
+					p.unlock()
+					continue
+				}
+			}
 		}
 		if code, done := p.event(ev); done {
 			if code == exitCompleted {

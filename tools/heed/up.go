@@ -13,6 +13,7 @@ import (
 	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/spf13/cobra"
 )
@@ -32,8 +33,9 @@ func landedServices(o upOptions) []struct {
 			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile})
 		}},
 		{"confirm-router", func(ctx context.Context, rt *service.Runtime) error {
-			return confirm.Run(ctx, rt, confirm.Config{})
+			return confirm.Run(ctx, rt, confirm.Config{RulesFile: o.rulesFile})
 		}},
+		{"learner", learner.Run},
 	}
 }
 
@@ -53,7 +55,7 @@ func defaultDataDir() string {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	var dataDir, listen, natsConfig, logLevel, toolsFile string
+	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile string
 	var replicas int
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -67,7 +69,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile,
+				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -76,13 +78,14 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&natsConfig, "nats-config", "", "nats-server config file for the embedded server")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
+	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	return cmd
 }
 
 type upOptions struct {
 	dataDir, listen, natsURL, natsConfig string
-	toolsFile                            string
+	toolsFile, rulesFile                 string
 	replicas                             int
 }
 

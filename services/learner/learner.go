@@ -1,0 +1,50 @@
+// Package learner is the learner service: it turns decisions and outcomes
+// into learned state, as KV projections of the log (every one rebuilt
+// identically by `heed replay`): remembered choices, and later fixes,
+// failure statistics, decision statistics and usage patterns.
+package learner
+
+import (
+	"context"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/service"
+)
+
+// Projections are every projection the learner keeps.
+func Projections() []events.Projection {
+	return []events.Projection{PrefsProjection{}}
+}
+
+// Buckets are the learner's KV buckets.
+func Buckets() []events.BucketSpec {
+	return []events.BucketSpec{
+		{Name: PrefsBucket, Description: "heed learned preferences: remembered choices by skill step or error"},
+	}
+}
+
+// Run keeps the learner's projections up to date until ctx is done.
+func Run(ctx context.Context, rt *service.Runtime) error {
+	for _, b := range Buckets() {
+		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
+			return err
+		}
+	}
+	var consumers []*events.Consumer
+	for _, p := range Projections() {
+		c, err := events.RunProjector(ctx, rt.Bus, p, rt.Log)
+		if err != nil {
+			return err
+		}
+		consumers = append(consumers, c)
+		name := p.Name()
+		rt.AddCheck(name, func() any { return c.Stats() })
+	}
+	<-ctx.Done()
+	dctx, cancel := service.DrainContext()
+	defer cancel()
+	for _, c := range consumers {
+		c.Stop(dctx)
+	}
+	return nil
+}

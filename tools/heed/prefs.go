@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/learner"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func newPrefsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "prefs", Short: "Show and revoke remembered choices"}
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List remembered choices (what heed answers without asking)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			kv, err := c.bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+			if err != nil {
+				return fmt.Errorf("preferences bucket (is the learner running?): %w", err)
+			}
+			keys, err := kv.Keys(ctx)
+			if err != nil && err != jetstream.ErrNoKeysFound {
+				return err
+			}
+			var prefs []learner.Pref
+			for _, k := range keys {
+				e, err := kv.Get(ctx, k)
+				if err != nil {
+					continue
+				}
+				if p, ok := learner.ReadPref(e.Value()); ok {
+					prefs = append(prefs, p)
+				}
+			}
+			sort.Slice(prefs, func(i, j int) bool { return prefs[i].SetAt.Before(prefs[j].SetAt) })
+			out := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(out, prefs)
+				return nil
+			}
+			if len(prefs) == 0 {
+				fmt.Fprintln(out, "(no remembered choices)")
+				return nil
+			}
+			fmt.Fprintf(out, "%-30s %-11s %-40s %-10s %s\n", "KEY", "SCOPE", "FOR", "CHOICE", "SET BY")
+			for _, p := range prefs {
+				what := p.Skill + " / " + p.Step
+				if p.Scope == events.ScopeError {
+					what = p.Tool + ": " + p.ErrorPattern
+				}
+				fmt.Fprintf(out, "%-30s %-11s %-40s %-10s %s at %s\n", p.ID, p.Scope, truncate(what, 40), p.Choice, p.By, p.SetAt.Local().Format("2006-01-02 15:04"))
+			}
+			return nil
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	var reason string
+	forget := &cobra.Command{
+		Use:   "forget KEY",
+		Short: "Revoke a remembered choice: heed asks again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			if !events.ValidID(id) {
+				return events.Errorf(events.CodeInvalidRequest, "%q is not a preference key (see heed prefs list)", id)
+			}
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			kv, err := c.bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+			if err != nil {
+				return err
+			}
+			e, err := kv.Get(ctx, id)
+			if err != nil {
+				return events.Errorf(events.CodeNotFound, "no remembered choice %q (see heed prefs list)", id)
+			}
+			if _, ok := learner.ReadPref(e.Value()); !ok {
+				return events.Errorf(events.CodeNotFound, "%q is already forgotten", id)
+			}
+			ev, err := events.NewEvent(events.PrefForgotten, id, fmt.Sprintf("%s/forget/%d", id, e.Revision()), "heed/cli", events.PrefForgottenData{By: whoami(), Reason: reason})
+			if err != nil {
+				return err
+			}
+			if _, err := c.bus.Publish(ctx, &ev); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: heed will ask again\n", id)
+			return nil
+		},
+	}
+	forget.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
+	cmd.AddCommand(list, forget)
+	return cmd
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/confirm"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/term"
+)
+
+// promptResult is what the terminal prompt decided and how.
+type promptResult struct {
+	Choice   string        `json:"choice"`
+	Method   string        `json:"method"` // user, override, memory, agent, timeout, error
+	By       string        `json:"by"`
+	Remember string        `json:"remember,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// errNoTerminal is returned when there is nobody to ask.
+var errNoTerminal = errors.New("stdin is not a terminal, so nobody can be asked here")
+
+// defaultPromptTimeout is used when a request has no timeout (the router's
+// default).
+const defaultPromptTimeout = 300 * time.Second
+
+// prompt asks the person at the terminal to answer one confirmation: the
+// numbered options, a live countdown with a spinner, Enter for the default,
+// a digit for that option, 'a' to remember the choice, Ctrl-C to cancel.
+// An answer from any other channel (or the deadline) ends it too.
+func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out io.Writer) (promptResult, error) {
+	start := time.Now()
+	if !term.IsTerminal(int(in.Fd())) {
+		return promptResult{}, errNoTerminal
+	}
+	req := st.Request
+	// Hear answers from elsewhere (another terminal, the web, the router).
+	answered := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(events.ConfirmAnswered.Subject(st.ID), answered)
+	if err != nil {
+		return promptResult{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// It may have been answered before we subscribed.
+	if now, err := confirm.Load(ctx, c.bus, st.ID); err == nil && now.Answer != nil {
+		return fromAnswer(now.Answer, start), nil
+	}
+
+	timeout := time.Duration(req.TimeoutS * float64(time.Second))
+	if timeout <= 0 {
+		timeout = defaultPromptTimeout
+	}
+	deadline := st.RequestedAt.Add(timeout)
+	def := confirm.DefaultChoice(req)
+
+	w := &crlf{w: out}
+	fmt.Fprintln(w)
+	if req.Title != "" {
+		fmt.Fprintf(w, "\033[1m%s\033[0m\n", req.Title)
+	}
+	fmt.Fprintln(w, strings.TrimRight(req.Message, "\n"))
+	for i, o := range req.Options {
+		mark := ""
+		if o.Value == def {
+			mark = " (default)"
+		}
+		desc := ""
+		if o.Description != "" {
+			desc = " — " + o.Description
+		}
+		fmt.Fprintf(w, "  %d) %s%s%s\n", i+1, o.Label, mark, desc)
+	}
+	help := "Enter = default · 1-9 = choose · Ctrl-C = cancel"
+	if req.LearnPreference {
+		help += " · a = remember for this step"
+	}
+	fmt.Fprintln(w, help)
+
+	old, err := term.MakeRaw(int(in.Fd()))
+	if err != nil {
+		return promptResult{}, fmt.Errorf("terminal: %w", err)
+	}
+	defer func() { _ = term.Restore(int(in.Fd()), old) }()
+	keys := make(chan byte, 16)
+	go func() {
+		b := make([]byte, 1)
+		for {
+			n, err := in.Read(b)
+			if err != nil || n == 0 {
+				close(keys)
+				return
+			}
+			keys <- b[0]
+		}
+	}()
+
+	remember := ""
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	frame := 0
+	draw := func() {
+		left := time.Until(deadline)
+		if left < 0 {
+			left = 0
+		}
+		mem := ""
+		if remember != "" {
+			mem = "  [remember: always for this step]"
+		}
+		fmt.Fprintf(out, "\r\033[K%s waiting for your answer — %s left (default: %s)%s", spinnerFrames[frame%len(spinnerFrames)], formatLeft(left), def, mem)
+		frame++
+	}
+	draw()
+	choose := func(choice string) (promptResult, error) {
+		fmt.Fprint(out, "\r\033[K")
+		_, err := confirm.Answer(ctx, c.bus, "heed/cli", st.ID, events.ConfirmAnsweredData{
+			Choice: choice, Method: events.MethodUser, By: whoami(), Channel: "terminal", Remember: remember,
+		})
+		var already *confirm.AlreadyAnsweredError
+		if errors.As(err, &already) {
+			return promptResult{Choice: already.Choice, Method: already.Method, By: already.By, Duration: time.Since(start)}, nil
+		}
+		if err != nil {
+			return promptResult{}, err
+		}
+		return promptResult{Choice: choice, Method: events.MethodUser, By: whoami(), Remember: remember, Duration: time.Since(start)}, nil
+	}
+	timedOut := false
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprint(out, "\r\033[K")
+			return promptResult{}, ctx.Err()
+		case m := <-answered:
+			fmt.Fprint(out, "\r\033[K")
+			ev, err := c.bus.Codec().Decode(m)
+			if err == nil {
+				if now, err := confirm.Load(ctx, c.bus, st.ID); err == nil && now.Answer != nil {
+					return fromAnswer(now.Answer, start), nil
+				}
+			}
+			_ = ev
+		case k, ok := <-keys:
+			if !ok {
+				keys = nil
+				continue
+			}
+			switch {
+			case k == '\r' || k == '\n':
+				return choose(def)
+			case k == 3: // Ctrl-C
+				if hasValue(req.Options, "cancel") {
+					return choose("cancel")
+				}
+				fmt.Fprint(out, "\r\033[K")
+				return promptResult{}, context.Canceled
+			case k >= '1' && k <= '9' && int(k-'1') < len(req.Options):
+				return choose(req.Options[k-'1'].Value)
+			case (k == 'a' || k == 'A') && req.LearnPreference:
+				if remember == "" {
+					remember = "skill_step"
+				} else {
+					remember = ""
+				}
+				draw()
+			}
+		case <-tick.C:
+			if !timedOut && time.Now().After(deadline) {
+				timedOut = true
+			}
+			if timedOut && time.Since(deadline) > 5*time.Second {
+				// No router answered the deadline: apply the default here,
+				// with the router's own event id so only one is stored.
+				fmt.Fprint(out, "\r\033[K")
+				_, err := confirm.Answer(ctx, c.bus, "heed/cli", st.ID, events.ConfirmAnsweredData{
+					Choice: def, Method: events.MethodTimeout, By: "heed/cli", Reason: "no answer before the deadline",
+				}, confirm.WithEventID(st.ID+"/answer/timeout"))
+				var already *confirm.AlreadyAnsweredError
+				if errors.As(err, &already) {
+					return promptResult{Choice: already.Choice, Method: already.Method, By: already.By, Duration: time.Since(start)}, nil
+				}
+				if err != nil {
+					return promptResult{}, err
+				}
+				return promptResult{Choice: def, Method: events.MethodTimeout, By: "heed/cli", Duration: time.Since(start)}, nil
+			}
+			draw()
+		}
+	}
+}
+
+func fromAnswer(a *events.ConfirmAnsweredData, start time.Time) promptResult {
+	return promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Remember: a.Remember, Duration: time.Since(start)}
+}
+
+func hasValue(opts []events.Option, v string) bool {
+	for _, o := range opts {
+		if o.Value == v {
+			return true
+		}
+	}
+	return false
+}
+
+func formatLeft(d time.Duration) string {
+	s := int(d.Seconds() + 0.999)
+	if s < 60 {
+		return fmt.Sprintf("%ds", s)
+	}
+	return fmt.Sprintf("%dm %02ds", s/60, s%60)
+}
+
+// crlf writes \r\n for \n: the terminal may be in raw mode.
+type crlf struct{ w io.Writer }
+
+func (c *crlf) Write(p []byte) (int, error) {
+	_, err := c.w.Write([]byte(strings.ReplaceAll(string(p), "\n", "\r\n")))
+	return len(p), err
+}
