@@ -18,10 +18,13 @@ build:
 	$(GO) build -o bin/heed ./tools/heed
 	$(GO) build -o bin/heed-bench ./tools/bench
 	$(GO) build -o bin/heed-indexer ./services/indexer/cmd/heed-indexer
+	$(GO) build -o bin/heed-runner ./services/runner/cmd/heed-runner
+	$(GO) build -o bin/heed-learner ./services/learner/cmd/heed-learner
+	$(GO) build -o bin/heed-confirm-router ./services/confirm/cmd/heed-confirm-router
 
 ## run: heed with an embedded NATS server and every service, data in $(DATA)
 run: build
-	./bin/heed up --data $(DATA) --nats-listen $(NATS_LISTEN)
+	./bin/heed up --data $(DATA) --nats-listen $(NATS_LISTEN) --tools skills/tools.yaml
 
 ## test: the whole suite, as CI runs it
 test: deps fmt-check vet staticcheck unit fuzz
@@ -45,6 +48,7 @@ staticcheck:
 ## fuzz: a short run of every fuzz target (seed corpus in testdata/fuzz)
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
+	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./services/runner/skill
 
 ## bench: throughput and latency against raw JetStream in the same run
 bench: build
