@@ -19,6 +19,23 @@ const (
 	RunCompleted     Type = "heed.run.completed"
 	RunFailed        Type = "heed.run.failed"
 	RunCancelled     Type = "heed.run.cancelled"
+	RunWarning       Type = "heed.run.warning"
+)
+
+// Heal events: the healer's stages on a failed step, in the run's aggregate.
+const (
+	HealTriggered  Type = "heed.run.heal.triggered"
+	HealFixApplied Type = "heed.run.heal.fix_applied"
+	HealRetried    Type = "heed.run.heal.retried"
+	HealHealed     Type = "heed.run.heal.healed"
+	HealGaveUp     Type = "heed.run.heal.gave_up"
+	HealEscalated  Type = "heed.run.heal.escalated"
+)
+
+// Fix events: one aggregate per learned fix, subject heed.fix.<fix-id>.<verb>.
+const (
+	FixLearned   Type = "heed.fix.learned"
+	FixForgotten Type = "heed.fix.forgotten"
 )
 
 // Confirmation events: one aggregate per confirmation, subject
@@ -60,6 +77,15 @@ var catalog = []TypeInfo{
 	{RunCompleted, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run finished successfully"},
 	{RunFailed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run stopped on an error"},
 	{RunCancelled, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run was cancelled"},
+	{RunWarning, []string{"runner"}, []string{"indexer", "cli"}, "a tool call matches an active learned failure pattern"},
+	{HealTriggered, []string{"healer"}, []string{"runner", "learner", "indexer"}, "the healer took up a failed step: classification and plan"},
+	{HealFixApplied, []string{"healer"}, []string{"learner", "indexer"}, "a fix ran (a login, a reconnect) or corrected args were computed"},
+	{HealRetried, []string{"healer"}, []string{"runner", "indexer"}, "the healer asked for the next attempt with these args"},
+	{HealHealed, []string{"healer"}, []string{"learner", "indexer"}, "the attempt after a fix succeeded"},
+	{HealGaveUp, []string{"healer", "runner"}, []string{"runner", "learner", "indexer"}, "the healer cannot heal it; on_error applies"},
+	{HealEscalated, []string{"healer"}, []string{"runner", "agents", "learner", "indexer"}, "the failure was handed to the run's agent"},
+	{FixLearned, []string{"healer", "cli"}, []string{"learner", "indexer"}, "a fix for a tool failure was learned (from an agent) or taught (by a person)"},
+	{FixForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a learned fix was revoked"},
 	{ConfirmRequested, []string{"runner", "confirm-router", "agent"}, []string{"confirm-router", "channels", "indexer"}, "a question with options awaits an answer"},
 	{ConfirmAnswered, []string{"confirm-router", "cli", "channels", "agent"}, []string{"runner", "confirm-router", "indexer"}, "the one answer to a confirmation"},
 	{ConfirmExpired, []string{"nats-server (schedule set by confirm-router)"}, []string{"confirm-router", "indexer"}, "a confirmation reached its deadline"},

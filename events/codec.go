@@ -138,34 +138,53 @@ func (c *Codec) Encode(ev *Event) (*nats.Msg, error) {
 // EncodeUnchecked encodes without validation (tests and tools that need to
 // produce bad input deliberately).
 func EncodeUnchecked(ev *Event) (*nats.Msg, error) {
-	h := make(nats.Header, 8)
-	set := func(name, value string) {
+	exts := ev.Extensions()
+	h := make(nats.Header, 8+len(exts))
+	// Every header has one value; they share one backing array (each slice
+	// has capacity 1, so an Add to one header cannot touch another).
+	vals := make([]string, 0, 8+len(exts))
+	set := func(key, value string) {
 		if value != "" {
-			h[HeaderPrefix+name] = []string{percentEncode(value)}
+			vals = append(vals, percentEncode(value))
+			h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
-	set("specversion", ev.SpecVersion())
-	set("id", ev.ID())
-	set("source", ev.Source())
-	set("type", ev.Type())
-	set("subject", ev.Subject())
+	set(headerSpecVersion, ev.SpecVersion())
+	set(headerID, ev.ID())
+	set(headerSource, ev.Source())
+	set(headerType, ev.Type())
+	set(headerSubject, ev.Subject())
 	if t := ev.Time(); !t.IsZero() {
-		set("time", t.UTC().Format(time.RFC3339Nano))
+		set(headerTime, t.UTC().Format(time.RFC3339Nano))
 	}
-	set("dataschema", ev.DataSchema())
-	for name, v := range ev.Extensions() {
+	set(headerDataSchema, ev.DataSchema())
+	for name, v := range exts {
 		s, err := types.Format(v)
 		if err != nil {
 			return nil, fmt.Errorf("extension %s: %w", name, err)
 		}
-		set(name, s)
+		set(HeaderPrefix+name, s)
 	}
 	if ct := ev.DataContentType(); ct != "" {
-		h[HeaderContentType] = []string{ct}
+		vals = append(vals, ct)
+		h[HeaderContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	h[HeaderMsgID] = []string{ev.ID()}
+	vals = append(vals, ev.ID())
+	h[HeaderMsgID] = vals[len(vals)-1 : len(vals) : len(vals)]
 	return &nats.Msg{Subject: SubjectOf(ev), Header: h, Data: ev.DataEncoded}, nil
 }
+
+// Header names of the context attributes, spelled out once rather than
+// concatenated on every encode.
+const (
+	headerSpecVersion = HeaderPrefix + "specversion"
+	headerID          = HeaderPrefix + "id"
+	headerSource      = HeaderPrefix + "source"
+	headerType        = HeaderPrefix + "type"
+	headerSubject     = HeaderPrefix + "subject"
+	headerTime        = HeaderPrefix + "time"
+	headerDataSchema  = HeaderPrefix + "dataschema"
+)
 
 // Decode turns a message into a validated event. Every failure is an *Error
 // whose code says what is wrong; the message text is meant for people.
@@ -206,6 +225,18 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		ev := event.New()
 		if err := json.Unmarshal(msg.Data, &ev); err != nil {
 			return nil, Errorf(CodeUndecodable, "structured-mode body is not a CloudEvent in JSON format: %v", err)
+		}
+		// Hold structured mode to binary mode's rules, so that one event
+		// decodes the same in either mode and re-encodes to a message that
+		// decodes: binary mode trims the id (sdk-go's setter) and accepts
+		// only extension names validExtensionName allows.
+		if id := ev.ID(); id != strings.TrimSpace(id) {
+			return nil, Errorf(CodeUndecodable, "structured-mode id %q has leading or trailing whitespace", id)
+		}
+		for name := range ev.Extensions() {
+			if !validExtensionName(name) {
+				return nil, Errorf(CodeUndecodable, "structured-mode attribute %q is not a valid CloudEvents attribute name (a-z, 0-9, at most 20)", name)
+			}
 		}
 		return &ev, nil
 	}

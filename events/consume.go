@@ -178,9 +178,15 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		c.wg.Add(1)
 		go c.work(q)
 	}
-	pull := min(cfg.MaxAckPending, 500)
+	// MaxAckPending (on the server) bounds what is in flight; the pull batch
+	// only has to keep a request open. It must not shrink to 1: nats.go
+	// (v1.55) re-pulls only from the message that crosses its threshold and
+	// skips that check while the previous pull is still being sent, so with
+	// a batch of 1 a lost race stalls the consumer until its 30 s heartbeat
+	// check. A larger batch re-checks on every following message.
+	pull := min(max(cfg.MaxAckPending, 8), 500)
 	c.cc, err = cons.Consume(c.receive,
-		jetstream.PullMaxMessages(max(pull, 1)),
+		jetstream.PullMaxMessages(pull),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			c.log.Warn("consume error", "err", err)
 		}))

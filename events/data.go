@@ -43,6 +43,17 @@ type RunStartedData struct {
 	Steps  []string       `json:"steps,omitempty"`
 	Agent  string         `json:"agent,omitempty"`
 	Yes    bool           `json:"yes,omitempty"`
+	// KnownIssues are learned fixes for the skill's tools: what to watch for.
+	KnownIssues []KnownIssue `json:"known_issues,omitempty"`
+}
+
+// KnownIssue is a learned failure of a tool, shown when a run starts.
+type KnownIssue struct {
+	Tool        string  `json:"tool"`
+	Pattern     string  `json:"pattern"`
+	Description string  `json:"description,omitempty"`
+	FixID       string  `json:"fix_id,omitempty"`
+	Confidence  float64 `json:"confidence,omitempty"`
 }
 
 // StepStartedData is heed.run.step.started.
@@ -243,4 +254,147 @@ func PrefID(scope string, parts ...string) string {
 		h.Write([]byte(p))
 	}
 	return "pref-" + hex.EncodeToString(h.Sum(nil)[:10])
+}
+
+// RunWarningData is heed.run.warning.
+type RunWarningData struct {
+	Step       string  `json:"step"`
+	Index      int     `json:"index"`
+	Tool       string  `json:"tool"`
+	PatternID  string  `json:"pattern_id"`
+	Message    string  `json:"message"`
+	Confidence float64 `json:"confidence,omitempty"`
+}
+
+// Heal plans.
+const (
+	PlanLearnedFix = "learned_fix"
+	PlanPatternFix = "pattern_fix"
+	PlanAgent      = "agent"
+	PlanGiveUp     = "give_up"
+)
+
+// Classification is the healer's reading of a failure.
+type Classification struct {
+	Kind      string `json:"kind"`      // network, auth, quota, not_found, timeout, unknown
+	Signature string `json:"signature"` // the normalized error
+	Pattern   string `json:"pattern,omitempty"`
+}
+
+// FixRef names the fix a heal uses.
+type FixRef struct {
+	FixID       string         `json:"fix_id,omitempty"`
+	Source      string         `json:"source,omitempty"` // learned | pattern
+	Tool        string         `json:"tool,omitempty"`
+	Args        map[string]any `json:"args,omitempty"`
+	ArgsPatch   map[string]any `json:"args_patch,omitempty"`
+	Description string         `json:"description,omitempty"`
+}
+
+// HealTriggeredData is heed.run.heal.triggered.
+type HealTriggeredData struct {
+	Step           string         `json:"step"`
+	Index          int            `json:"index"`
+	Attempt        int            `json:"attempt"`
+	Tool           string         `json:"tool,omitempty"`
+	Error          ErrorInfo      `json:"error"`
+	Classification Classification `json:"classification"`
+	Plan           string         `json:"plan"`
+	Fix            *FixRef        `json:"fix,omitempty"`
+	HealAttempt    int            `json:"heal_attempt,omitempty"`
+}
+
+// HealFixAppliedData is heed.run.heal.fix_applied.
+type HealFixAppliedData struct {
+	Step       string     `json:"step"`
+	Index      int        `json:"index"`
+	Attempt    int        `json:"attempt"`
+	Fix        FixRef     `json:"fix"`
+	OK         bool       `json:"ok"`
+	Output     any        `json:"output,omitempty"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	DurationMS float64    `json:"duration_ms,omitempty"`
+}
+
+// HealRetriedData is heed.run.heal.retried.
+type HealRetriedData struct {
+	Step        string         `json:"step"`
+	Index       int            `json:"index"`
+	Attempt     int            `json:"attempt"`
+	NextAttempt int            `json:"next_attempt"`
+	Args        map[string]any `json:"args"`
+	FixID       string         `json:"fix_id,omitempty"`
+	Reason      string         `json:"reason,omitempty"`
+}
+
+// HealHealedData is heed.run.heal.healed.
+type HealHealedData struct {
+	Step      string `json:"step"`
+	Index     int    `json:"index"`
+	Attempt   int    `json:"attempt"`
+	Via       string `json:"via"` // learned_fix | pattern_fix | agent
+	FixID     string `json:"fix_id,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Signature string `json:"signature,omitempty"`
+}
+
+// HealGaveUpData is heed.run.heal.gave_up.
+type HealGaveUpData struct {
+	Step    string `json:"step"`
+	Index   int    `json:"index"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
+	FixID   string `json:"fix_id,omitempty"`
+}
+
+// HealEscalatedData is heed.run.heal.escalated.
+type HealEscalatedData struct {
+	Step     string         `json:"step"`
+	Index    int            `json:"index"`
+	Attempt  int            `json:"attempt"`
+	Agent    string         `json:"agent"`
+	Context  map[string]any `json:"context"`
+	Question string         `json:"question,omitempty"`
+}
+
+// FixAction is a tool a fix runs before the retry.
+type FixAction struct {
+	Tool string         `json:"tool"`
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// Fix sources.
+const (
+	FixFromAgent  = "agent"
+	FixFromPerson = "person"
+)
+
+// FixLearnedData is heed.fix.learned.
+type FixLearnedData struct {
+	Tool         string         `json:"tool"`
+	ErrorPattern string         `json:"error_pattern"`
+	Match        string         `json:"match,omitempty"`
+	RootCause    string         `json:"root_cause,omitempty"`
+	Description  string         `json:"description"`
+	Action       *FixAction     `json:"action,omitempty"`
+	ArgsPatch    map[string]any `json:"args_patch,omitempty"`
+	WhenWas      map[string]any `json:"when_was,omitempty"`
+	Confidence   float64        `json:"confidence,omitempty"`
+	Source       string         `json:"source"`
+	By           string         `json:"by,omitempty"`
+	LearnedFrom  string         `json:"learned_from,omitempty"`
+	RunID        string         `json:"run_id,omitempty"`
+}
+
+// FixForgottenData is heed.fix.forgotten.
+type FixForgottenData struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// FixID is the aggregate id of the learned fix for a tool and error
+// signature: one fix per (tool, signature), later lessons replace earlier.
+func FixID(tool, signature string) string {
+	h := sha256.Sum256([]byte(tool + "\x00" + signature))
+	return "fix-" + hex.EncodeToString(h[:10])
 }

@@ -54,14 +54,13 @@ func NewValidator() (*Validator, error) {
 		return nil, fmt.Errorf("load schemas: %w", err)
 	}
 	v := &Validator{byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*fastNode)}
-	fc := newFastCompiler()
 	for _, info := range catalog {
 		s, err := c.Compile(schemas.BaseURL + schemas.EventSchemaPath(string(info.Type)))
 		if err != nil {
 			return nil, fmt.Errorf("compile schema for %s: %w", info.Type, err)
 		}
 		v.byType[info.Type] = s
-		if n, err := fc.compile(s); err == nil {
+		if n, err := newFastCompiler().compile(s); err == nil {
 			v.fast[info.Type] = n
 		}
 	}
@@ -80,6 +79,12 @@ func (v *Validator) Validate(t Type, data []byte) error {
 	if n := v.fast[t]; n != nil && n.accepts(data) {
 		return nil
 	}
+	return validateFull(t, s, data)
+}
+
+// validateFull is the full path: decode with encoding/json, validate with
+// jsonschema. It decides every refusal and words every error.
+func validateFull(t Type, s *jsonschema.Schema, data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var doc any
@@ -184,6 +189,8 @@ type fastBound struct {
 	orEqual bool
 }
 
+// fastCompiler compiles one schema. Use a new one for each: after an error
+// its memo holds unfinished nodes, which must never be reused.
 type fastCompiler struct {
 	memo map[string]*fastNode
 }

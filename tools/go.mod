@@ -34,3 +34,7 @@ replace (
 require github.com/heedhq/heed/services/learner v0.0.0
 
 replace github.com/heedhq/heed/services/learner => ../services/learner
+
+require github.com/heedhq/heed/services/healer v0.0.0
+
+replace github.com/heedhq/heed/services/healer => ../services/healer

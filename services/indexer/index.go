@@ -126,7 +126,7 @@ func status(t events.Type, cur string) string {
 			return ""
 		}
 	case "forgotten":
-		if t != events.PrefSet {
+		if t != events.PrefSet && t != events.FixLearned {
 			return ""
 		}
 	}
@@ -151,9 +151,9 @@ func status(t events.Type, cur string) string {
 		return "answered"
 	case events.ConfirmDelegated:
 		return "delegated"
-	case events.PrefSet:
+	case events.PrefSet, events.FixLearned:
 		return "active"
-	case events.PrefForgotten:
+	case events.PrefForgotten, events.FixForgotten:
 		return "forgotten"
 	}
 	if cur == "" {

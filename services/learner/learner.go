@@ -13,13 +13,17 @@ import (
 
 // Projections are every projection the learner keeps.
 func Projections() []events.Projection {
-	return []events.Projection{PrefsProjection{}}
+	return []events.Projection{PrefsProjection{}, FixesProjection{}, StatsProjection{}, DecisionsProjection{}, PatternsProjection{}}
 }
 
 // Buckets are the learner's KV buckets.
 func Buckets() []events.BucketSpec {
 	return []events.BucketSpec{
 		{Name: PrefsBucket, Description: "heed learned preferences: remembered choices by skill step or error"},
+		{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"},
+		{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"},
+		{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"},
+		{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"},
 	}
 }
 

@@ -270,8 +270,10 @@ func (c *commands) continueRun(ctx context.Context, b []byte) (any, error) {
 		}
 		return Reply{RunID: r.ID, ConfirmID: r.Paused.ConfirmID, Status: StatusRunning}, nil
 	}
+	// Awaiting the agent after a failure: continuing lets on_error apply
+	// (to retry with corrected args, use retry).
 	ev, err := events.NewEvent(events.RunResumed, r.ID, fmt.Sprintf("%s/resumed/%d", r.ID, r.LastSeq), Source, events.RunResumedData{
-		Step: r.Paused.Step, Index: r.Paused.Index, Choice: req.Choice, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
+		Step: r.Paused.Step, Index: r.Paused.Index, Choice: ChoiceOnError, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
 	})
 	if err != nil {
 		return nil, err

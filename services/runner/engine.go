@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner/skill"
 	"github.com/heedhq/heed/services/runner/tool"
 )
@@ -28,6 +30,12 @@ type engine struct {
 	log     *slog.Logger
 	ackWait time.Duration
 
+	// Healing: how long a failed tool step waits for the healer's first
+	// verdict, and for its outcome once it took the step up.
+	healWait, healTimeout time.Duration
+	fixes, patterns       *events.BucketCache // learned state, read from the learner's buckets
+	timers                map[string]*timer
+
 	mu       sync.Mutex
 	runs     map[string]*RunState
 	inflight map[string]*flight // key: run/index/attempt
@@ -44,7 +52,8 @@ func flightKey(run string, index, attempt int) string {
 
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
-		runs: map[string]*RunState{}, inflight: map[string]*flight{}}
+		runs: map[string]*RunState{}, inflight: map[string]*flight{}, timers: map[string]*timer{},
+		healWait: 3 * time.Second, healTimeout: 2 * time.Minute}
 }
 
 // runIDOf is the partition key: the run an event belongs to.
@@ -122,6 +131,14 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		return nil, nil
 	}
 	switch events.Type(d.Event.Type()) {
+	case events.HealTriggered, events.HealRetried, events.HealGaveUp, events.HealEscalated:
+		var ref struct {
+			Index   int `json:"index"`
+			Attempt int `json:"attempt"`
+		}
+		if json.Unmarshal(d.Event.Data(), &ref) == nil {
+			e.stopTimer(flightKey(id, ref.Index, ref.Attempt))
+		}
 	case events.RunCancelled:
 		e.cancelFlights(id)
 	case events.RunStepCompleted, events.RunStepFailed:
@@ -149,6 +166,8 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	switch {
 	case act.launch != nil:
 		e.launch(ctx, d, r.ID, act.launch)
+	case act.wait != nil:
+		e.startTimer(ctx, d, act.wait)
 	}
 	return nil, nil
 }
@@ -156,6 +175,15 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 // action is what a reconcile asks for beyond publishing events.
 type action struct {
 	launch *launch
+	wait   *wait
+}
+
+// wait publishes an event after a delay unless something else happens
+// first (a heal verdict): the bounded wait for the healer.
+type wait struct {
+	key   string
+	after time.Duration
+	event events.Event
 }
 
 // launch is a tool call to make. For a retry, the step.started event of
@@ -194,10 +222,10 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 			for i, s := range r.Skill.Steps {
 				names[i] = s.Name
 			}
-			emit(events.RunStarted, "started", events.RunStartedData{Skill: r.SkillName, Driver: "runner", Inputs: r.Inputs, Steps: names, Agent: r.Agent, Yes: r.Yes})
+			emit(events.RunStarted, "started", events.RunStartedData{Skill: r.SkillName, Driver: "runner", Inputs: r.Inputs, Steps: names, Agent: r.Agent, Yes: r.Yes, KnownIssues: e.knownIssues(r.Skill)})
 			continue
 		}
-		i := r.current()
+		i := r.current(e.healWait > 0)
 		if i == len(r.Steps) {
 			emit(events.RunCompleted, "completed", e.completion(r))
 			return out(), action{}
@@ -247,7 +275,36 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
 			}
 		case StepFailed:
-			// on_error: continue is done() and never lands here.
+			// on_error: continue is done() and never lands here, unless
+			// healing is still deciding.
+			if st.Kind == skill.KindTool && !ss.healDecided() && e.healWait > 0 {
+				h := ss.Heal
+				if h.Attempt != ss.Attempt {
+					h = HealState{}
+				}
+				switch {
+				case h.Retry != nil:
+					e.startStep(r, i, h.Retry.NextAttempt, h.Retry.Args, h.RetryID, emit)
+					continue
+				case h.Escalated != nil:
+					if r.Status != StatusPaused {
+						emit(events.RunPaused, stepSuffix(i, ss.Attempt, "paused-agent"), events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: st.Name, Index: i, Message: firstLine(h.Escalated.Question, 500)})
+					}
+					return out(), action{}
+				case h.Triggered:
+					if left := e.healTimeout - time.Since(h.TriggeredAt); left > 0 {
+						return out(), action{wait: e.giveUp(r, i, ss.Attempt, left, fmt.Sprintf("the healer did not finish within %s", e.healTimeout))}
+					}
+					emit(events.HealGaveUp, stepSuffix(i, ss.Attempt, "heal/gave_up"), events.HealGaveUpData{Step: st.Name, Index: i, Attempt: ss.Attempt, Reason: fmt.Sprintf("the healer did not finish within %s", e.healTimeout)})
+					continue
+				default:
+					if left := e.healWait - time.Since(ss.FailedAt); left > 0 {
+						return out(), action{wait: e.giveUp(r, i, ss.Attempt, left, fmt.Sprintf("no verdict from the healer within %s", e.healWait))}
+					}
+					emit(events.HealGaveUp, stepSuffix(i, ss.Attempt, "heal/gave_up"), events.HealGaveUpData{Step: st.Name, Index: i, Attempt: ss.Attempt, Reason: fmt.Sprintf("no verdict from the healer within %s", e.healWait)})
+					continue
+				}
+			}
 			if st.OnError == skill.OnErrorRetry && ss.Attempt < st.Retry.Attempts && st.Kind == skill.KindTool {
 				next := ss.Attempt + 1
 				e.mu.Lock()
@@ -298,9 +355,9 @@ func (m *emitter) other(ev events.Event) {
 }
 
 // current is the index of the first step the run has not moved past.
-func (r *RunState) current() int {
+func (r *RunState) current(healing bool) int {
 	for i, st := range r.Skill.Steps {
-		if !r.Steps[i].done(st.OnError, st.Retry.Attempts) {
+		if !r.Steps[i].done(st, healing) {
 			return i
 		}
 	}
@@ -334,6 +391,9 @@ func (e *engine) startStep(r *RunState, i, attempt int, args map[string]any, ret
 		data.Args, data.ArgsTruncated = truncateMap(args, maxFieldBytes)
 		if data.ArgsTruncated {
 			e.log.Warn("tool args too large for the log; the event holds a preview", "run", r.ID, "step", st.Name)
+		}
+		for _, w := range e.warnings(st.Tool, args) {
+			emit(events.RunWarning, stepSuffix(i, attempt, "warning/"+w.PatternID), events.RunWarningData{Step: st.Name, Index: i, Tool: st.Tool, PatternID: w.PatternID, Message: w.Message, Confidence: w.Confidence})
 		}
 	}
 	emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
@@ -532,4 +592,95 @@ func confirmContext(r *RunState, i int) map[string]any {
 	vars, _ := truncateMap(r.outputs(), 8*1024)
 	inputs, _ := truncateMap(r.Inputs, 4*1024)
 	return map[string]any{"recent_steps": recent, "variables": vars, "inputs": inputs}
+}
+
+// giveUp builds the wait that ends healing for one attempt.
+func (e *engine) giveUp(r *RunState, i, attempt int, after time.Duration, reason string) *wait {
+	st := r.Skill.Steps[i]
+	ev, err := events.NewEvent(events.HealGaveUp, r.ID, r.ID+"/"+stepSuffix(i, attempt, "heal/gave_up"), Source,
+		events.HealGaveUpData{Step: st.Name, Index: i, Attempt: attempt, Reason: reason})
+	if err != nil {
+		e.log.Error("build event", "err", err)
+	}
+	return &wait{key: flightKey(r.ID, i, attempt), after: after, event: ev}
+}
+
+type timer struct {
+	t      *time.Timer
+	finish func([]events.Event, error)
+	once   sync.Once
+}
+
+// startTimer holds the delivery and publishes the wait's event when the
+// time is up, unless stopTimer comes first. After a crash the held
+// delivery comes back and the wait is recomputed from the log's times.
+func (e *engine) startTimer(ctx context.Context, d *events.Delivery, w *wait) {
+	e.mu.Lock()
+	if _, ok := e.timers[w.key]; ok {
+		e.mu.Unlock()
+		return
+	}
+	tm := &timer{finish: d.Hold()}
+	e.timers[w.key] = tm
+	e.mu.Unlock()
+	tm.t = time.AfterFunc(w.after, func() {
+		e.mu.Lock()
+		delete(e.timers, w.key)
+		e.mu.Unlock()
+		tm.once.Do(func() { tm.finish([]events.Event{w.event}, nil) })
+	})
+}
+
+func (e *engine) stopTimer(key string) {
+	e.mu.Lock()
+	tm, ok := e.timers[key]
+	delete(e.timers, key)
+	e.mu.Unlock()
+	if ok {
+		tm.t.Stop()
+		tm.once.Do(func() { tm.finish(nil, nil) })
+	}
+}
+
+// knownIssues are the learned fixes for the skill's tools, published with
+// the run so the agent and the person see what to watch for.
+func (e *engine) knownIssues(sk *skill.Skill) []events.KnownIssue {
+	if e.fixes == nil {
+		return nil
+	}
+	tools := map[string]bool{}
+	for _, st := range sk.Steps {
+		if st.Kind == skill.KindTool {
+			tools[st.Tool] = true
+		}
+	}
+	var out []events.KnownIssue
+	e.fixes.Each(func(_ string, v json.RawMessage) bool {
+		var f learner.Fix
+		if json.Unmarshal(v, &f) == nil && tools[f.Tool] && f.Usable() {
+			out = append(out, events.KnownIssue{Tool: f.Tool, Pattern: f.ErrorPattern, Description: f.Description, FixID: f.ID, Confidence: f.Confidence})
+		}
+		return len(out) < 20
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].FixID < out[j].FixID })
+	return out
+}
+
+// warnings are the active usage patterns a tool call matches.
+func (e *engine) warnings(toolName string, args map[string]any) []events.RunWarningData {
+	if e.patterns == nil {
+		return nil
+	}
+	var out []events.RunWarningData
+	now := time.Now()
+	e.patterns.Each(func(_ string, v json.RawMessage) bool {
+		var p learner.Pattern
+		if json.Unmarshal(v, &p) != nil || p.Tool != toolName || p.Kind != "usage" || !p.Active(now, 0) || !p.Matches(args) {
+			return true
+		}
+		out = append(out, events.RunWarningData{PatternID: p.ID, Message: p.Hint, Confidence: p.Confidence})
+		return len(out) < 3
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].PatternID < out[j].PatternID })
+	return out
 }

@@ -24,3 +24,7 @@ replace (
 require github.com/heedhq/heed/services/confirm v0.0.0
 
 replace github.com/heedhq/heed/services/confirm => ../confirm
+
+require github.com/heedhq/heed/services/learner v0.0.0
+
+replace github.com/heedhq/heed/services/learner => ../learner

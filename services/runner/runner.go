@@ -12,6 +12,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner/tool"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -28,6 +29,12 @@ type Config struct {
 	AckWait time.Duration
 	// MaxInFlight bounds unacknowledged deliveries (≈ concurrent tool calls).
 	MaxInFlight int
+	// HealWait is how long a failed tool step waits for the healer's first
+	// verdict before on_error applies (the healer may be down). Negative
+	// disables healing. Default 3s.
+	HealWait time.Duration
+	// HealTimeout bounds a heal the healer took up. Default 2m.
+	HealTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -39,6 +46,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 20000
+	}
+	if c.HealWait == 0 {
+		c.HealWait = 3 * time.Second
+	}
+	if c.HealTimeout <= 0 {
+		c.HealTimeout = 2 * time.Minute
 	}
 }
 
@@ -57,6 +70,22 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	eng.healWait, eng.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
+	// Learned state the runner shows: known issues and pattern warnings.
+	for _, b := range learner.Buckets() {
+		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
+			return err
+		}
+	}
+	var err error
+	if eng.fixes, err = events.WatchBucket(ctx, rt.Bus.JetStream(), learner.FixesBucket); err != nil {
+		return err
+	}
+	defer eng.fixes.Stop()
+	if eng.patterns, err = events.WatchBucket(ctx, rt.Bus.JetStream(), learner.PatternsBucket); err != nil {
+		return err
+	}
+	defer eng.patterns.Stop()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:          ConsumerName,
 		Description:   "skill runner: drives runs from their events",

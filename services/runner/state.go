@@ -19,6 +19,10 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// ChoiceOnError is what `continue` on a run awaiting its agent records: the
+// agent lets the failed step's on_error apply.
+const ChoiceOnError = "on_error"
+
 // Step statuses.
 const (
 	StepPending   = ""
@@ -43,17 +47,40 @@ type StepState struct {
 	AnswerID string
 	// RetryOf is the event that asked for the current attempt.
 	RetryOf string
+	// FailedAt is when the current attempt failed (the event's time).
+	FailedAt time.Time
+	// Heal is the healer's verdict on the current failed attempt.
+	Heal HealState
+}
+
+// HealState is what the healer (or the runner, when the healer is silent)
+// decided about one failed attempt.
+type HealState struct {
+	Attempt     int
+	Triggered   bool
+	TriggeredAt time.Time
+	Retry       *events.HealRetriedData
+	RetryID     string
+	GaveUp      bool
+	Escalated   *events.HealEscalatedData
+	Declined    bool // the agent chose to let on_error apply
 }
 
 // Done reports whether the run may move past the step.
-func (s StepState) done(onError skill.OnError, attempts int) bool {
+func (s StepState) done(st *skill.Step, healing bool) bool {
 	switch s.Status {
 	case StepCompleted, StepSkipped:
 		return true
 	case StepFailed:
-		return onError == skill.OnErrorContinue
+		return st.OnError == skill.OnErrorContinue && (!healing || st.Kind != skill.KindTool || s.healDecided())
 	}
 	return false
+}
+
+// healDecided reports whether healing is over for the current attempt
+// without a retry: on_error applies.
+func (s StepState) healDecided() bool {
+	return s.Heal.Attempt == s.Attempt && (s.Heal.GaveUp || s.Heal.Declined)
 }
 
 // RunState is a run's state: a fold of its events. The runner keeps nothing
@@ -158,7 +185,47 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 		}
 		if s := r.step(d.Index); s != nil && d.Attempt >= s.Attempt && s.Status != StepCompleted {
 			e := d.Error
-			s.Status, s.Attempt, s.Error, s.Output = StepFailed, d.Attempt, &e, d.Output
+			s.Status, s.Attempt, s.Error, s.Output, s.FailedAt = StepFailed, d.Attempt, &e, d.Output, ev.Time()
+			if d.Args != nil {
+				s.Args = d.Args
+			}
+		}
+	case events.HealTriggered, events.HealRetried, events.HealGaveUp, events.HealEscalated:
+		var ref struct {
+			Index   int `json:"index"`
+			Attempt int `json:"attempt"`
+		}
+		if err := json.Unmarshal(data, &ref); err != nil {
+			return err
+		}
+		s := r.step(ref.Index)
+		if s == nil || s.Attempt != ref.Attempt || s.Status != StepFailed {
+			return nil // about an attempt that is no longer current
+		}
+		h := &s.Heal
+		if h.Attempt != ref.Attempt {
+			*h = HealState{Attempt: ref.Attempt}
+		}
+		if h.GaveUp || h.Retry != nil {
+			return nil // the verdict is in
+		}
+		switch events.Type(ev.Type()) {
+		case events.HealTriggered:
+			h.Triggered, h.TriggeredAt = true, ev.Time()
+		case events.HealRetried:
+			var d events.HealRetriedData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return err
+			}
+			h.Retry, h.RetryID = &d, ev.ID()
+		case events.HealGaveUp:
+			h.GaveUp = true
+		case events.HealEscalated:
+			var d events.HealEscalatedData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return err
+			}
+			h.Escalated = &d
 		}
 	case events.RunStepSkipped:
 		var d events.StepSkippedData
@@ -183,6 +250,11 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 		var d events.RunResumedData
 		if err := json.Unmarshal(data, &d); err != nil {
 			return err
+		}
+		if r.Paused != nil && r.Paused.Reason == events.PauseAwaitingAgent && d.Choice == ChoiceOnError {
+			if s := r.step(r.Paused.Index); s != nil && s.Status == StepFailed {
+				s.Heal.Declined = true
+			}
 		}
 		r.Paused = nil
 		if r.Status == StatusPaused || r.Status == StatusFailed {

@@ -70,6 +70,8 @@ func newRoot() *cobra.Command {
 		newConfirmCmd(g),
 		newSkillCmd(),
 		newPrefsCmd(g),
+		newFixesCmd(g),
+		newStatsCmd(g),
 	)
 	return root
 }

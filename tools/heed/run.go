@@ -210,6 +210,34 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		if steps, ok := d["steps"].([]any); ok {
 			p.line("skill %s: %d steps", str("skill"), len(steps))
 		}
+		if issues, ok := d["known_issues"].([]any); ok && len(issues) > 0 {
+			p.line("known issues to watch for:")
+			for _, it := range issues {
+				if m, ok := it.(map[string]any); ok {
+					p.line("  - %s: %v → %v", m["tool"], m["pattern"], m["description"])
+				}
+			}
+		}
+	case events.RunWarning:
+		p.line("⚠ %s: %s", str("step"), str("message"))
+	case events.HealTriggered:
+		cls := ""
+		if c, ok := d["classification"].(map[string]any); ok {
+			cls = fmt.Sprint(c["kind"])
+		}
+		p.line("⚕ healing %s: %s error, plan %s", str("step"), cls, str("plan"))
+	case events.HealFixApplied:
+		if f, ok := d["fix"].(map[string]any); ok {
+			p.line("⚕ fix %v applied (ok: %s)", f["tool"], str("ok"))
+		}
+	case events.HealRetried:
+		p.line("⚕ retrying %s as attempt %s", str("step"), str("next_attempt"))
+	case events.HealHealed:
+		p.line("⚕ healed %s (%s)", str("step"), str("via"))
+	case events.HealGaveUp:
+		p.line("⚕ not healed: %s", str("reason"))
+	case events.HealEscalated:
+		p.line("⚕ handed to the agent %s: %s", str("agent"), str("question"))
 	case events.RunStepStarted:
 		p.current, p.since = str("step"), time.Now()
 		if a := str("attempt"); a != "1" && a != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/heedhq/heed/events/embedded"
 	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/services/confirm"
+	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
@@ -36,6 +37,9 @@ func landedServices(o upOptions) []struct {
 			return confirm.Run(ctx, rt, confirm.Config{RulesFile: o.rulesFile})
 		}},
 		{"learner", learner.Run},
+		{"healer", func(ctx context.Context, rt *service.Runtime) error {
+			return healer.Run(ctx, rt, healer.Options{ToolsFile: o.toolsFile, ConfigFile: o.healerConfig})
+		}},
 	}
 }
 
@@ -55,7 +59,7 @@ func defaultDataDir() string {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile string
+	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig string
 	var replicas int
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -69,7 +73,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile,
+				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -79,13 +83,14 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
+	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	return cmd
 }
 
 type upOptions struct {
 	dataDir, listen, natsURL, natsConfig string
-	toolsFile, rulesFile                 string
+	toolsFile, rulesFile, healerConfig   string
 	replicas                             int
 }
 

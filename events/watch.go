@@ -1,0 +1,81 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketCache is an in-memory copy of a projection bucket, kept current by
+// a KV watcher: services read learned state in microseconds without a round
+// trip per decision. Values are the projection's envelope values.
+type BucketCache struct {
+	mu    sync.RWMutex
+	m     map[string]json.RawMessage
+	ready chan struct{}
+	w     jetstream.KeyWatcher
+}
+
+// WatchBucket starts caching bucket. It returns at once; Ready is closed
+// once the initial values are loaded.
+func WatchBucket(ctx context.Context, js jetstream.JetStream, bucket string) (*BucketCache, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &BucketCache{m: map[string]json.RawMessage{}, ready: make(chan struct{}), w: w}
+	go func() {
+		readyOnce := sync.Once{}
+		for e := range w.Updates() {
+			if e == nil {
+				readyOnce.Do(func() { close(c.ready) })
+				continue
+			}
+			c.mu.Lock()
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(c.m, e.Key())
+			} else {
+				var env envelope
+				if json.Unmarshal(e.Value(), &env) == nil && !env.Deleted {
+					c.m[e.Key()] = env.Value
+				} else {
+					delete(c.m, e.Key())
+				}
+			}
+			c.mu.Unlock()
+		}
+		readyOnce.Do(func() { close(c.ready) })
+	}()
+	return c, nil
+}
+
+// Ready is closed when the initial values are loaded.
+func (c *BucketCache) Ready() <-chan struct{} { return c.ready }
+
+// Get decodes the value at key into v.
+func (c *BucketCache) Get(key string, v any) bool {
+	c.mu.RLock()
+	b, ok := c.m[key]
+	c.mu.RUnlock()
+	return ok && json.Unmarshal(b, v) == nil
+}
+
+// Each calls f for every key (order unspecified) until f returns false.
+func (c *BucketCache) Each(f func(key string, value json.RawMessage) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for k, v := range c.m {
+		if !f(k, v) {
+			return
+		}
+	}
+}
+
+// Stop stops watching.
+func (c *BucketCache) Stop() { _ = c.w.Stop() }

@@ -1,0 +1,147 @@
+package healer
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/heedhq/heed/services/runner/skill"
+)
+
+// Pattern classifies failures by what their error says, and may name a
+// generic fix: a tool to run before retrying the step as it was.
+type Pattern struct {
+	Kind  string      `yaml:"kind"`
+	Match []string    `yaml:"match"` // case-insensitive substrings
+	Fix   *PatternFix `yaml:"fix"`
+	args  map[string]*skill.Template
+}
+
+// PatternFix is a generic fix.
+type PatternFix struct {
+	Tool string            `yaml:"tool"`
+	Args map[string]string `yaml:"args"` // templates over args, error, tool, cluster
+}
+
+// Config is the healer's configuration file.
+type Config struct {
+	// MaxHeals bounds heal retries per step.
+	MaxHeals int `yaml:"max_heals"`
+	// Patterns are tried in order; the first match classifies.
+	Patterns []*Pattern `yaml:"patterns"`
+	// Clusters maps a substring of a tool's name to its cluster (the login
+	// fix's target), after the tool's own cluster setting.
+	Clusters map[string]string `yaml:"clusters"`
+	// DefaultCluster is used when nothing else says.
+	DefaultCluster string `yaml:"default_cluster"`
+}
+
+// DefaultConfigYAML is the configuration used without a file: the seed's
+// patterns (network → reconnect, auth → login) plus quota, not-found and
+// timeout classes without a generic fix.
+const DefaultConfigYAML = `
+max_heals: 2
+default_cluster: stage
+clusters:
+  bonfire: ephemeral
+  konflux: konflux
+patterns:
+  - kind: auth
+    match: [unauthorized, "401", "403", forbidden, token expired, permission denied, must be logged in]
+    fix: {tool: kube_login, args: {cluster: "{{ cluster }}"}}
+  - kind: network
+    match: [no route to host, connection refused, dial tcp, network unreachable, connection reset, "i/o timeout"]
+    fix: {tool: vpn_connect}
+  - kind: quota
+    match: [quota exceeded, rate limit, too many requests, "429"]
+  - kind: not_found
+    match: [not found, "404", manifest unknown, no such]
+  - kind: timeout
+    match: [timeout, timed out, deadline exceeded]
+`
+
+// LoadConfig reads a healer config file, or the defaults for "".
+func LoadConfig(path string) (*Config, error) {
+	src := []byte(DefaultConfigYAML)
+	name := "default healer config"
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("healer config: %w", err)
+		}
+		src, name = b, path
+	}
+	return ParseConfig(name, src)
+}
+
+// ParseConfig parses and compiles a healer config.
+func ParseConfig(name string, src []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	if c.MaxHeals <= 0 {
+		c.MaxHeals = 2
+	}
+	if c.DefaultCluster == "" {
+		c.DefaultCluster = "stage"
+	}
+	vars := map[string]any{"args": nil, "error": nil, "tool": nil, "cluster": nil}
+	for i, p := range c.Patterns {
+		if p.Kind == "" || len(p.Match) == 0 {
+			return nil, fmt.Errorf("%s: pattern %d needs a kind and match strings", name, i+1)
+		}
+		for j := range p.Match {
+			p.Match[j] = strings.ToLower(p.Match[j])
+		}
+		if p.Fix != nil {
+			if p.Fix.Tool == "" {
+				return nil, fmt.Errorf("%s: pattern %s: fix needs a tool", name, p.Kind)
+			}
+			p.args = map[string]*skill.Template{}
+			for k, v := range p.Fix.Args {
+				t, err := skill.CompileTemplate(v, skill.Pos{File: name}, vars)
+				if err != nil {
+					return nil, fmt.Errorf("%s: pattern %s: fix arg %s: %v", name, p.Kind, k, err)
+				}
+				p.args[k] = t
+			}
+		}
+	}
+	return &c, nil
+}
+
+// Classify returns the first pattern whose strings the error contains.
+func (c *Config) Classify(msg string) *Pattern {
+	m := strings.ToLower(msg)
+	for _, p := range c.Patterns {
+		for _, s := range p.Match {
+			if strings.Contains(m, s) {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// Cluster detects the cluster a tool acts on: its own setting, then the
+// name map, then "prod" in its output or error, then the default.
+func (c *Config) Cluster(toolName, toolCluster, text string) string {
+	if toolCluster != "" {
+		return toolCluster
+	}
+	for sub, cl := range c.Clusters {
+		if strings.Contains(toolName, sub) {
+			return cl
+		}
+	}
+	if strings.Contains(strings.ToLower(text), "prod") {
+		return "prod"
+	}
+	return c.DefaultCluster
+}

@@ -1,0 +1,160 @@
+package learner
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+
+	"github.com/heedhq/heed/events"
+)
+
+// DecisionsBucket holds the decision cache: per operation (skill step) and
+// scope (the run's environment input, else "default").
+const DecisionsBucket = "heed_decisions"
+
+// Decision is the cached record of one operation in one scope.
+type Decision struct {
+	Operation   string  `json:"operation"`
+	Scope       string  `json:"scope"`
+	Count       int     `json:"count"`
+	Approved    int     `json:"approved"`
+	Denied      int     `json:"denied"`
+	Successes   int     `json:"successes"`
+	Failures    int     `json:"failures"`
+	SuccessRate float64 `json:"success_rate"`
+	// Candidate: more than 3 decisions and over 90% success (the seed's
+	// rule): the escalator may auto-approve, with ConfidenceBoost.
+	Candidate       bool    `json:"auto_approve_candidate"`
+	ConfidenceBoost float64 `json:"confidence_boost"`
+}
+
+type pendingRequest struct {
+	Operation string `json:"operation"`
+	Scope     string `json:"scope"`
+	RunID     string `json:"run_id,omitempty"`
+}
+
+type runDecisions struct {
+	Keys []string `json:"keys"` // decision keys approved in this run, awaiting its outcome
+}
+
+// DecisionsProjection keeps the decision cache.
+type DecisionsProjection struct{}
+
+func (DecisionsProjection) Name() string   { return "decisions" }
+func (DecisionsProjection) Bucket() string { return DecisionsBucket }
+func (DecisionsProjection) Filters() []string {
+	return []string{"heed.confirm.*.requested", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed"}
+}
+
+var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// DecisionKey is the bucket key of an operation and scope.
+func DecisionKey(operation, scope string) string {
+	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+}
+
+// Apply folds one event into the cache.
+func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	switch events.Type(ev.Type()) {
+	case events.ConfirmRequested:
+		var d events.ConfirmRequestedData
+		if err := json.Unmarshal(ev.Data(), &d); err != nil {
+			return nil
+		}
+		op := d.Skill + "/" + d.Step
+		if d.Skill == "" {
+			op = "direct/" + d.Requester
+		}
+		scope := "default"
+		if in, ok := d.Context["inputs"].(map[string]any); ok {
+			if env, ok := in["environment"].(string); ok && env != "" {
+				scope = env
+			}
+		}
+		return s.Put(ctx, "req."+ev.Subject(), pendingRequest{Operation: op, Scope: scope, RunID: d.RunID})
+	case events.ConfirmAnswered:
+		var a events.ConfirmAnsweredData
+		if err := json.Unmarshal(ev.Data(), &a); err != nil {
+			return nil
+		}
+		var p pendingRequest
+		ok, err := s.Get(ctx, "req."+ev.Subject(), &p)
+		if err != nil || !ok {
+			return err
+		}
+		key := DecisionKey(p.Operation, p.Scope)
+		var dec Decision
+		if _, err := s.Get(ctx, key, &dec); err != nil {
+			return err
+		}
+		dec.Operation, dec.Scope = p.Operation, p.Scope
+		dec.Count++
+		approved := !isDeny(a.Choice)
+		if approved {
+			dec.Approved++
+		} else {
+			dec.Denied++
+		}
+		score(&dec)
+		if err := s.Put(ctx, key, dec); err != nil {
+			return err
+		}
+		if err := s.Delete(ctx, "req."+ev.Subject()); err != nil {
+			return err
+		}
+		if approved && p.RunID != "" {
+			var rd runDecisions
+			if _, err := s.Get(ctx, "run."+p.RunID, &rd); err != nil {
+				return err
+			}
+			rd.Keys = append(rd.Keys, key)
+			return s.Put(ctx, "run."+p.RunID, rd)
+		}
+	case events.RunCompleted, events.RunFailed:
+		var rd runDecisions
+		ok, err := s.Get(ctx, "run."+ev.Subject(), &rd)
+		if err != nil || !ok {
+			return err
+		}
+		for _, key := range rd.Keys {
+			var dec Decision
+			if _, err := s.Get(ctx, key, &dec); err != nil {
+				return err
+			}
+			if events.Type(ev.Type()) == events.RunCompleted {
+				dec.Successes++
+			} else {
+				dec.Failures++
+			}
+			score(&dec)
+			if err := s.Put(ctx, key, dec); err != nil {
+				return err
+			}
+		}
+		return s.Delete(ctx, "run."+ev.Subject())
+	}
+	return nil
+}
+
+func score(d *Decision) {
+	total := d.Successes + d.Failures
+	d.SuccessRate = 1
+	if total > 0 {
+		d.SuccessRate = round3(float64(d.Successes) / float64(total))
+	}
+	d.Candidate = d.Count > 3 && d.SuccessRate > 0.9
+	d.ConfidenceBoost = 0
+	if d.Candidate {
+		d.ConfidenceBoost = round3(min(0.3, float64(d.Count)*0.05))
+	}
+}
+
+func isDeny(choice string) bool {
+	switch strings.ToLower(choice) {
+	case "cancel", "abort", "no", "deny", "reject", "stop":
+		return true
+	}
+	return false
+}

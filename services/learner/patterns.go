@@ -1,0 +1,288 @@
+package learner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+)
+
+// PatternsBucket holds usage patterns (the seed's layer 5).
+const PatternsBucket = "heed_patterns"
+
+// Pattern lifecycle: confidence grows with each recurrence (new → low →
+// medium → high), drops when the same call shape succeeds, and a pattern is
+// active at ActiveConfidence and above until it has been quiet for the quiet
+// period.
+const (
+	ActiveConfidence   = 0.7
+	DefaultQuietPeriod = 30 * 24 * time.Hour
+)
+
+// Pattern is a recurring failure of a tool for calls of one shape.
+type Pattern struct {
+	ID          string            `json:"id"`
+	Tool        string            `json:"tool"`
+	Signature   string            `json:"signature"`
+	Kind        string            `json:"kind"` // usage (the call's args) or infrastructure
+	ArgShapes   map[string]string `json:"arg_shapes"`
+	Occurrences int               `json:"occurrences"`
+	Successes   int               `json:"successes"`
+	Confidence  float64           `json:"confidence"`
+	Stage       string            `json:"stage"` // new, low, medium, high
+	FirstSeen   time.Time         `json:"first_seen"`
+	LastSeen    time.Time         `json:"last_seen"`
+	Hint        string            `json:"hint"`
+}
+
+// Active reports whether the pattern should warn at now.
+func (p Pattern) Active(now time.Time, quiet time.Duration) bool {
+	if quiet <= 0 {
+		quiet = DefaultQuietPeriod
+	}
+	return p.Confidence >= ActiveConfidence && now.Sub(p.LastSeen) <= quiet
+}
+
+// Matches reports whether a call with args has the pattern's shape.
+func (p Pattern) Matches(args map[string]any) bool {
+	for k, want := range p.ArgShapes {
+		if Shape(args[k]) != want {
+			return false
+		}
+	}
+	return true
+}
+
+// PatternsProjection learns patterns from tool results.
+type PatternsProjection struct{}
+
+func (PatternsProjection) Name() string   { return "patterns" }
+func (PatternsProjection) Bucket() string { return PatternsBucket }
+func (PatternsProjection) Filters() []string {
+	return []string{"heed.run.*.step.started", "heed.run.*.step.failed", "heed.run.*.step.completed"}
+}
+
+type callRef struct {
+	Tool   string            `json:"tool"`
+	Shapes map[string]string `json:"shapes"`
+}
+
+// Apply classifies and extracts on failures, and learns confidence.
+func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	switch events.Type(ev.Type()) {
+	case events.RunStepStarted:
+		var d events.StepStartedData
+		if json.Unmarshal(ev.Data(), &d) != nil || d.Tool == "" {
+			return nil
+		}
+		// Remember the call's shape until its result arrives.
+		return s.Put(ctx, callKey(ev.Subject(), d.Index), callRef{Tool: d.Tool, Shapes: Shapes(d.Args)})
+	case events.RunStepFailed:
+		var d events.StepFailedData
+		if json.Unmarshal(ev.Data(), &d) != nil || d.Tool == "" {
+			return nil
+		}
+		kind := ClassifyUsage(d.Error)
+		sig := ErrorSignature(d.Error.Message)
+		shapes := Shapes(d.Args)
+		if kind == "infrastructure" {
+			shapes = map[string]string{} // the call's args are not the cause
+		}
+		id := PatternID(d.Tool, sig, shapes)
+		var p Pattern
+		if _, err := s.Get(ctx, id, &p); err != nil {
+			return err
+		}
+		if p.Occurrences == 0 {
+			p = Pattern{ID: id, Tool: d.Tool, Signature: sig, Kind: kind, ArgShapes: shapes, FirstSeen: ev.Time().UTC()}
+			var idx toolIndex
+			if _, err := s.Get(ctx, "tool."+d.Tool, &idx); err != nil {
+				return err
+			}
+			idx.IDs = append(idx.IDs, id)
+			if err := s.Put(ctx, "tool."+d.Tool, idx); err != nil {
+				return err
+			}
+		}
+		p.Occurrences++
+		p.LastSeen = ev.Time().UTC()
+		p.Confidence, p.Stage = confidence(p.Occurrences, p.Successes)
+		p.Hint = hint(p)
+		if err := s.Put(ctx, id, p); err != nil {
+			return err
+		}
+		return s.Delete(ctx, callKey(ev.Subject(), d.Index))
+	case events.RunStepCompleted:
+		var d events.StepCompletedData
+		if json.Unmarshal(ev.Data(), &d) != nil {
+			return nil
+		}
+		var c callRef
+		ok, err := s.Get(ctx, callKey(ev.Subject(), d.Index), &c)
+		if err != nil || !ok {
+			return err
+		}
+		// A success of the same call shape weakens every pattern of that shape.
+		// (Only patterns recorded under the tool's keys are visited: the
+		// projection keeps an index per tool.)
+		var idx toolIndex
+		if _, err := s.Get(ctx, "tool."+c.Tool, &idx); err != nil {
+			return err
+		}
+		for _, id := range idx.IDs {
+			var p Pattern
+			ok, err := s.Get(ctx, id, &p)
+			if err != nil || !ok || p.Kind != "usage" || !sameShapes(p.ArgShapes, c.Shapes) {
+				continue
+			}
+			p.Successes++
+			p.Confidence, p.Stage = confidence(p.Occurrences, p.Successes)
+			if err := s.Put(ctx, id, p); err != nil {
+				return err
+			}
+		}
+		return s.Delete(ctx, callKey(ev.Subject(), d.Index))
+	}
+	return nil
+}
+
+type toolIndex struct {
+	IDs []string `json:"ids"`
+}
+
+// callKey holds a call's shape between start and result.
+func callKey(run string, index int) string { return fmt.Sprintf("call.%s.%d", run, index) }
+
+// PatternID names a pattern.
+func PatternID(tool, signature string, shapes map[string]string) string {
+	keys := make([]string, 0, len(shapes))
+	for k := range shapes {
+		keys = append(keys, k+"="+shapes[k])
+	}
+	sort.Strings(keys)
+	h := sha256.Sum256([]byte(tool + "\x00" + signature + "\x00" + strings.Join(keys, ",")))
+	return "pat-" + hex.EncodeToString(h[:10])
+}
+
+// confidence maps recurrences and contradicting successes to a confidence
+// and a stage.
+func confidence(occurrences, successes int) (float64, string) {
+	c := 0.0
+	switch {
+	case occurrences >= 5:
+		c = 0.85
+	case occurrences == 4:
+		c = 0.75
+	case occurrences == 3:
+		c = 0.55
+	case occurrences == 2:
+		c = 0.4
+	default:
+		c = 0.2
+	}
+	c -= 0.15 * float64(successes)
+	if c < 0 {
+		c = 0
+	}
+	c = round3(c)
+	stage := "new"
+	switch {
+	case c >= ActiveConfidence:
+		stage = "high"
+	case c >= 0.5:
+		stage = "medium"
+	case c >= 0.3:
+		stage = "low"
+	}
+	return c, stage
+}
+
+// ClassifyUsage says whether a failure is about the call (usage: bad args,
+// not found) or about the world (infrastructure: network, auth).
+func ClassifyUsage(e events.ErrorInfo) string {
+	m := strings.ToLower(e.Message)
+	for _, w := range []string{"connection refused", "no route to host", "timeout", "timed out", "unauthorized", "forbidden", "401", "403", "token expired", "network", "dial tcp", "quota"} {
+		if strings.Contains(m, w) {
+			return "infrastructure"
+		}
+	}
+	if e.Kind == "timeout" || e.Kind == "unavailable" {
+		return "infrastructure"
+	}
+	return "usage"
+}
+
+func hint(p Pattern) string {
+	var parts []string
+	for k, v := range p.ArgShapes {
+		parts = append(parts, k+" is "+v)
+	}
+	sort.Strings(parts)
+	when := ""
+	if len(parts) > 0 {
+		when = " when " + strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("%s failed %d times with %q%s", p.Tool, p.Occurrences, p.Signature, when)
+}
+
+func sameShapes(a, b map[string]string) bool {
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Shapes describes each arg's shape.
+func Shapes(args map[string]any) map[string]string {
+	out := make(map[string]string, len(args))
+	for k, v := range args {
+		out[k] = Shape(v)
+	}
+	return out
+}
+
+// Shape is a coarse description of a value: what recurs across calls
+// (a 7-character hex string), not the value itself.
+func Shape(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "bool"
+	case float64, int, int64, json.Number:
+		return "number"
+	case string:
+		if x == "" {
+			return "empty"
+		}
+		hexOnly, digits := true, true
+		for _, r := range x {
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+				hexOnly = false
+			}
+			if !(r >= '0' && r <= '9') {
+				digits = false
+			}
+		}
+		switch {
+		case digits:
+			return "digits"
+		case hexOnly:
+			return fmt.Sprintf("hex%d", len(x))
+		}
+		return "text"
+	case []any:
+		return "list"
+	case map[string]any:
+		return "object"
+	}
+	return "other"
+}

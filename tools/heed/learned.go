@@ -1,0 +1,292 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/learner"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// bucketValues reads every live value of a projection bucket.
+func bucketValues(cmd *cobra.Command, c *client, bucket string, each func(key string, v json.RawMessage)) error {
+	ctx := cmd.Context()
+	kv, err := c.bus.JetStream().KeyValue(ctx, bucket)
+	if err != nil {
+		return fmt.Errorf("bucket %s (is the learner running?): %w", bucket, err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil && err != jetstream.ErrNoKeysFound {
+		return err
+	}
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var env struct {
+			Deleted bool            `json:"deleted"`
+			Value   json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(e.Value(), &env) == nil && !env.Deleted {
+			each(k, env.Value)
+		}
+	}
+	return nil
+}
+
+func newFixesCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "fixes", Short: "Show, teach and revoke learned fixes"}
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List learned fixes with their confidence",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var fixes []learner.Fix
+			if err := bucketValues(cmd, c, learner.FixesBucket, func(_ string, v json.RawMessage) {
+				var f learner.Fix
+				if json.Unmarshal(v, &f) == nil {
+					fixes = append(fixes, f)
+				}
+			}); err != nil {
+				return err
+			}
+			sort.Slice(fixes, func(i, j int) bool { return fixes[i].LearnedAt.Before(fixes[j].LearnedAt) })
+			out := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(out, fixes)
+				return nil
+			}
+			if len(fixes) == 0 {
+				fmt.Fprintln(out, "(no learned fixes)")
+				return nil
+			}
+			fmt.Fprintf(out, "%-26s %-18s %-36s %-6s %-6s %s\n", "KEY", "TOOL", "ERROR", "CONF", "HEALED", "FIX")
+			for _, f := range fixes {
+				pattern := f.ErrorPattern
+				if f.Match != "" {
+					pattern = "contains " + f.Match
+				}
+				fmt.Fprintf(out, "%-26s %-18s %-36s %-6.2f %-6d %s (%s %s)\n", f.ID, truncate(f.Tool, 18), truncate(pattern, 36), f.Confidence, f.Healed, f.Description, f.Source, f.By)
+			}
+			return nil
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+
+	var toolName, pattern, description, rootCause, actionTool string
+	var sets, actionArgs []string
+	learn := &cobra.Command{
+		Use:   "learn --tool TOOL --pattern TEXT --description WHAT [--set arg=value]... [--action-tool T --action-arg k=v...]",
+		Short: "Teach a fix by hand: when TOOL fails with an error containing TEXT, apply it and retry",
+		Long: `Teach the healer a fix. When TOOL fails with an error containing TEXT
+(case-insensitive), the healer runs --action-tool (if given) and retries the
+step with the --set args changed. Values may be templates over the failed
+call: --set 'tag={{ args.tag + "-full" }}' ({{ error }} is the error text).
+A taught fix starts at confidence 0.9 and beats the generic patterns.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if toolName == "" || pattern == "" || description == "" {
+				return events.Errorf(events.CodeInvalidRequest, "--tool, --pattern and --description are required")
+			}
+			patch, err := parseKV(sets, true)
+			if err != nil {
+				return err
+			}
+			aargs, err := parseKV(actionArgs, true)
+			if err != nil {
+				return err
+			}
+			if len(patch) == 0 && actionTool == "" {
+				return events.Errorf(events.CodeInvalidRequest, "a fix needs --set args and/or an --action-tool")
+			}
+			c, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			data := events.FixLearnedData{Tool: toolName, ErrorPattern: learner.ErrorSignature(pattern), Match: pattern,
+				RootCause: rootCause, Description: description, Source: events.FixFromPerson, By: whoami()}
+			if len(patch) > 0 {
+				data.ArgsPatch = patch
+			}
+			if actionTool != "" {
+				data.Action = &events.FixAction{Tool: actionTool, Args: aargs}
+			}
+			id := events.FixID(toolName, "match:"+strings.ToLower(pattern))
+			ev, err := events.NewEvent(events.FixLearned, id, fmt.Sprintf("%s/taught/%d", id, time.Now().UnixNano()), "heed/cli", data)
+			if err != nil {
+				return err
+			}
+			if _, err := c.bus.Publish(cmd.Context(), &ev); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "learned %s: %s failing with %q → %s\n", id, toolName, pattern, description)
+			return nil
+		},
+	}
+	learn.Flags().StringVar(&toolName, "tool", "", "the tool that fails")
+	learn.Flags().StringVar(&pattern, "pattern", "", "text the error contains")
+	learn.Flags().StringVar(&description, "description", "", "what the fix does")
+	learn.Flags().StringVar(&rootCause, "root-cause", "", "why it happens")
+	learn.Flags().StringArrayVar(&sets, "set", nil, "corrected arg as key=value (a template; repeatable)")
+	learn.Flags().StringVar(&actionTool, "action-tool", "", "a tool to run before the retry")
+	learn.Flags().StringArrayVar(&actionArgs, "action-arg", nil, "an arg of the action tool as key=value (repeatable)")
+
+	var reason string
+	forget := &cobra.Command{
+		Use:   "forget KEY",
+		Short: "Revoke a learned fix",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.ValidID(args[0]) {
+				return events.Errorf(events.CodeInvalidRequest, "%q is not a fix key (see heed fixes list)", args[0])
+			}
+			c, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			ev, err := events.NewEvent(events.FixForgotten, args[0], fmt.Sprintf("%s/forget/%d", args[0], time.Now().UnixNano()), "heed/cli", events.FixForgottenData{By: whoami(), Reason: reason})
+			if err != nil {
+				return err
+			}
+			if _, err := c.bus.Publish(cmd.Context(), &ev); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
+			return nil
+		},
+	}
+	forget.Flags().StringVar(&reason, "reason", "", "why")
+	cmd.AddCommand(list, learn, forget)
+	return cmd
+}
+
+// statsReport is `heed stats`: the seed's memory_stats.
+type statsReport struct {
+	AutoHealRate   float64                   `json:"auto_heal_rate"`
+	TotalFailures  int                       `json:"total_failures"`
+	AutoFixed      int                       `json:"auto_fixed"`
+	AgentFixed     int                       `json:"agent_fixed"`
+	ManualRequired int                       `json:"manual_required"`
+	GaveUp         int                       `json:"gave_up"`
+	ByType         map[string]int            `json:"by_type"`
+	FixesLearned   int                       `json:"fixes_learned"`
+	FixesActive    int                       `json:"fixes_active"`
+	PatternsActive int                       `json:"patterns_active"`
+	Patterns       int                       `json:"patterns"`
+	Daily          map[string]learner.Period `json:"daily"`
+	Weekly         map[string]learner.Period `json:"weekly"`
+	Decisions      []learner.Decision        `json:"decisions"`
+}
+
+func newStatsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Auto-heal rate, failures by type, fixes learned, patterns active, decisions, and the trend",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var rep statsReport
+			var st learner.FailureStats
+			if err := bucketValues(cmd, c, learner.StatsBucket, func(k string, v json.RawMessage) {
+				if k == learner.StatsKey {
+					_ = json.Unmarshal(v, &st)
+				}
+			}); err != nil {
+				return err
+			}
+			rep.AutoHealRate, rep.TotalFailures, rep.AutoFixed, rep.AgentFixed = st.AutoHealRate(), st.TotalFailures, st.AutoFixed, st.AgentFixed
+			rep.ManualRequired, rep.GaveUp, rep.ByType, rep.FixesLearned = st.ManualRequired, st.GaveUp, st.ByType, st.FixesLearned
+			rep.Daily, rep.Weekly = st.Daily, st.Weekly
+			_ = bucketValues(cmd, c, learner.FixesBucket, func(_ string, v json.RawMessage) {
+				var f learner.Fix
+				if json.Unmarshal(v, &f) == nil && f.Usable() {
+					rep.FixesActive++
+				}
+			})
+			now := time.Now()
+			_ = bucketValues(cmd, c, learner.PatternsBucket, func(k string, v json.RawMessage) {
+				if !strings.HasPrefix(k, "pat-") {
+					return
+				}
+				var p learner.Pattern
+				if json.Unmarshal(v, &p) == nil {
+					rep.Patterns++
+					if p.Active(now, 0) {
+						rep.PatternsActive++
+					}
+				}
+			})
+			_ = bucketValues(cmd, c, learner.DecisionsBucket, func(k string, v json.RawMessage) {
+				if !strings.HasPrefix(k, "op.") {
+					return
+				}
+				var d learner.Decision
+				if json.Unmarshal(v, &d) == nil {
+					rep.Decisions = append(rep.Decisions, d)
+				}
+			})
+			sort.Slice(rep.Decisions, func(i, j int) bool { return rep.Decisions[i].Count > rep.Decisions[j].Count })
+			out := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(out, rep)
+				return nil
+			}
+			fmt.Fprintf(out, "auto-heal rate     %5.1f%%  (%d of %d failures healed without anyone)\n", rep.AutoHealRate*100, rep.AutoFixed, rep.TotalFailures)
+			fmt.Fprintf(out, "healed by agents   %5d\nhanded to agents   %5d\nnot healed         %5d\n", rep.AgentFixed, rep.ManualRequired, rep.GaveUp)
+			fmt.Fprintf(out, "fixes learned      %5d  (%d usable)\npatterns active    %5d  (of %d)\n", rep.FixesLearned, rep.FixesActive, rep.PatternsActive, rep.Patterns)
+			if len(rep.ByType) > 0 {
+				var kinds []string
+				for k := range rep.ByType {
+					kinds = append(kinds, k)
+				}
+				sort.Strings(kinds)
+				fmt.Fprintln(out, "failures by type:")
+				for _, k := range kinds {
+					fmt.Fprintf(out, "  %-12s %5d\n", k, rep.ByType[k])
+				}
+			}
+			if days := st.SortedDays(); len(days) > 0 {
+				fmt.Fprintln(out, "trend (per day):")
+				if len(days) > 14 {
+					days = days[len(days)-14:]
+				}
+				for _, d := range days {
+					p := rep.Daily[d]
+					rate := 0.0
+					if p.Total > 0 {
+						rate = float64(p.AutoFixed) / float64(p.Total) * 100
+					}
+					fmt.Fprintf(out, "  %s  failures %5d  auto-fixed %5d  (%5.1f%%)\n", d, p.Total, p.AutoFixed, rate)
+				}
+			}
+			if len(rep.Decisions) > 0 {
+				fmt.Fprintln(out, "decisions (operation / scope: count, success rate, auto-approve candidate):")
+				for _, d := range rep.Decisions {
+					fmt.Fprintf(out, "  %-40s %-12s %4d  %5.1f%%  %v\n", truncate(d.Operation, 40), d.Scope, d.Count, d.SuccessRate*100, d.Candidate)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	return cmd
+}
