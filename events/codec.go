@@ -74,17 +74,33 @@ func SubjectOf(ev *Event) string {
 	return Type(ev.Type()).Subject(ev.Subject())
 }
 
+// attributes are the context attributes that Check and the encoder use,
+// read once per event: sdk-go rebuilds some of them (the source, from a
+// url.URL) on every call.
+type attributes struct {
+	specVersion, id, source, typ, subject string
+}
+
+func readAttributes(ev *Event) attributes {
+	return attributes{specVersion: ev.SpecVersion(), id: ev.ID(), source: ev.Source(), typ: ev.Type(), subject: ev.Subject()}
+}
+
 // Check validates ev's attributes, id, type and data against the contract.
 func (c *Codec) Check(ev *Event) error {
-	if err := checkAttributes(ev); err != nil {
+	a := readAttributes(ev)
+	return c.check(ev, &a)
+}
+
+func (c *Codec) check(ev *Event, a *attributes) error {
+	if err := checkAttributes(ev, a); err != nil {
 		return err
 	}
-	t := Type(ev.Type())
+	t := Type(a.typ)
 	if !t.Known() {
 		return Errorf(CodeUnknownType, "unknown event type %q (see docs/EVENTS.md)", t)
 	}
-	if !ValidID(ev.Subject()) {
-		return Errorf(CodeInvalidID, "ce-subject %q is not a valid aggregate id (letters, digits, '-', '_'; at most %d)", ev.Subject(), MaxIDLength)
+	if !ValidID(a.subject) {
+		return Errorf(CodeInvalidID, "ce-subject %q is not a valid aggregate id (letters, digits, '-', '_'; at most %d)", a.subject, MaxIDLength)
 	}
 	if ct := ev.DataMediaType(); ct != "" && ct != ContentTypeJSON {
 		return Errorf(CodeSchemaViolation, "%s: datacontenttype %q is not %s", t, ct, ContentTypeJSON)
@@ -95,28 +111,28 @@ func (c *Codec) Check(ev *Event) error {
 	return c.v.Validate(t, ev.DataEncoded)
 }
 
-func checkAttributes(ev *Event) error {
+func checkAttributes(ev *Event, a *attributes) error {
 	var missing []string
-	if ev.SpecVersion() == "" {
+	if a.specVersion == "" {
 		missing = append(missing, "specversion")
 	}
-	if ev.ID() == "" {
+	if a.id == "" {
 		missing = append(missing, "id")
 	}
-	if ev.Source() == "" {
+	if a.source == "" {
 		missing = append(missing, "source")
 	}
-	if ev.Type() == "" {
+	if a.typ == "" {
 		missing = append(missing, "type")
 	}
-	if ev.Subject() == "" {
+	if a.subject == "" {
 		missing = append(missing, "subject (the aggregate id)")
 	}
 	if len(missing) > 0 {
 		return Errorf(CodeMissingAttribute, "missing CloudEvents attribute(s): %s", strings.Join(missing, ", "))
 	}
-	if ev.SpecVersion() != SpecVersion {
-		return Errorf(CodeMissingAttribute, "specversion %q is not supported (want %s)", ev.SpecVersion(), SpecVersion)
+	if a.specVersion != SpecVersion {
+		return Errorf(CodeMissingAttribute, "specversion %q is not supported (want %s)", a.specVersion, SpecVersion)
 	}
 	// ce-time travels in UTC; a year RFC 3339 cannot write would be encoded
 	// into a header that no decoder reads back.
@@ -129,15 +145,21 @@ func checkAttributes(ev *Event) error {
 // Encode validates ev and returns it as a binary-mode NATS message on its
 // subject. Invalid events are refused with an *Error.
 func (c *Codec) Encode(ev *Event) (*nats.Msg, error) {
-	if err := c.Check(ev); err != nil {
+	a := readAttributes(ev)
+	if err := c.check(ev, &a); err != nil {
 		return nil, err
 	}
-	return EncodeUnchecked(ev)
+	return encode(ev, &a)
 }
 
 // EncodeUnchecked encodes without validation (tests and tools that need to
 // produce bad input deliberately).
 func EncodeUnchecked(ev *Event) (*nats.Msg, error) {
+	a := readAttributes(ev)
+	return encode(ev, &a)
+}
+
+func encode(ev *Event, a *attributes) (*nats.Msg, error) {
 	exts := ev.Extensions()
 	h := make(nats.Header, 8+len(exts))
 	// Every header has one value; they share one backing array (each slice
@@ -149,11 +171,11 @@ func EncodeUnchecked(ev *Event) (*nats.Msg, error) {
 			h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
-	set(headerSpecVersion, ev.SpecVersion())
-	set(headerID, ev.ID())
-	set(headerSource, ev.Source())
-	set(headerType, ev.Type())
-	set(headerSubject, ev.Subject())
+	set(headerSpecVersion, a.specVersion)
+	set(headerID, a.id)
+	set(headerSource, a.source)
+	set(headerType, a.typ)
+	set(headerSubject, a.subject)
 	if t := ev.Time(); !t.IsZero() {
 		set(headerTime, t.UTC().Format(time.RFC3339Nano))
 	}
@@ -169,9 +191,10 @@ func EncodeUnchecked(ev *Event) (*nats.Msg, error) {
 		vals = append(vals, ct)
 		h[HeaderContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	vals = append(vals, ev.ID())
+	vals = append(vals, a.id)
 	h[HeaderMsgID] = vals[len(vals)-1 : len(vals) : len(vals)]
-	return &nats.Msg{Subject: SubjectOf(ev), Header: h, Data: ev.DataEncoded}, nil
+	// Type(a.typ).Subject(a.subject) is SubjectOf(ev).
+	return &nats.Msg{Subject: Type(a.typ).Subject(a.subject), Header: h, Data: ev.DataEncoded}, nil
 }
 
 // Header names of the context attributes, spelled out once rather than

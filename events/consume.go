@@ -128,8 +128,12 @@ type Consumer struct {
 	cancel context.CancelFunc
 	cc     jetstream.ConsumeContext
 	queues []chan *Delivery
-	wg     sync.WaitGroup // workers
-	held   sync.WaitGroup // held deliveries
+	// qmu guards sending to and closing the queues: after a drain times
+	// out, the client may still be delivering while Stop closes them.
+	qmu     sync.RWMutex
+	qclosed bool
+	wg      sync.WaitGroup // workers
+	held    sync.WaitGroup // held deliveries
 
 	handled, dead, retried atomic.Uint64
 	stopOnce               sync.Once
@@ -179,14 +183,17 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		go c.work(q)
 	}
 	// MaxAckPending (on the server) bounds what is in flight; the pull batch
-	// only has to keep a request open. It must not shrink to 1: nats.go
-	// (v1.55) re-pulls only from the message that crosses its threshold and
-	// skips that check while the previous pull is still being sent, so with
-	// a batch of 1 a lost race stalls the consumer until its 30 s heartbeat
-	// check. A larger batch re-checks on every following message.
+	// only has to keep a request open. nats.go (v1.55) re-pulls only while a
+	// message arrives below its threshold and skips that check while the
+	// previous pull is still being sent; if every check is skipped no pull is
+	// open and the consumer waits for the missed-heartbeat check (2x the
+	// heartbeat, 30 s by default). A batch of at least 8 leaves several
+	// checks (a batch of 1 leaves one), and a 1 s heartbeat bounds the stall
+	// when they are all lost.
 	pull := min(max(cfg.MaxAckPending, 8), 500)
 	c.cc, err = cons.Consume(c.receive,
 		jetstream.PullMaxMessages(pull),
+		jetstream.PullHeartbeat(time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			c.log.Warn("consume error", "err", err)
 		}))
@@ -216,9 +223,12 @@ func (c *Consumer) Stop(ctx context.Context) {
 		case <-ctx.Done():
 			c.cc.Stop()
 		}
+		c.qmu.Lock()
+		c.qclosed = true
 		for _, q := range c.queues {
 			close(q)
 		}
+		c.qmu.Unlock()
 		done := make(chan struct{})
 		go func() { c.wg.Wait(); c.held.Wait(); close(done) }()
 		select {
@@ -244,6 +254,11 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 		return
 	}
 	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c}
+	c.qmu.RLock()
+	defer c.qmu.RUnlock()
+	if c.qclosed {
+		return // stopping: left unacknowledged, it is redelivered to the next instance
+	}
 	q := c.queues[partition(c.cfg.PartitionKey(ev), len(c.queues))]
 	q <- d
 }

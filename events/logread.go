@@ -27,7 +27,10 @@ func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters
 	if last <= after {
 		return last, nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	// An ordered consumer lives on the server until deleted or idle; delete
+	// it as soon as the read is over so reads do not pile up consumers
+	// (every stored message is matched against every consumer's filter).
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
 	if after > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = after + 1
@@ -40,6 +43,13 @@ func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters
 	if err != nil {
 		return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s: %v", stream, err), Err: err}
 	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
 	if ci.NumPending == 0 {
 		return last, nil
 	}

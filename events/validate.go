@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/big"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -160,7 +161,7 @@ type fastNode struct {
 
 	// strings
 	minLen, maxLen int // -1: none
-	patterns       []*regexp.Regexp
+	patterns       []fastPattern
 	formats        []func(any) bool
 	enums          [][]any // each conjunct's enum: the value must be in every one
 	needString     bool    // a string value's decoded text is needed
@@ -291,7 +292,7 @@ func (fc *fastCompiler) node(list []*jsonschema.Schema) (*fastNode, error) {
 			n.needString = true
 		}
 		if a.Pattern != nil {
-			n.patterns = append(n.patterns, a.Pattern)
+			n.patterns = append(n.patterns, fastPattern{re: a.Pattern, ascii: compileASCIIPattern(a.Pattern)})
 			n.needString = true
 		}
 		for _, b := range []struct {
@@ -693,8 +694,8 @@ func (p *fastParser) stringValue(n *fastNode) bool {
 			return false
 		}
 	}
-	for _, re := range n.patterns {
-		if !re.Match(b) {
+	for _, p := range n.patterns {
+		if !p.match(b) {
 			return false
 		}
 	}
@@ -800,4 +801,153 @@ func cmpDecimal(neg bool, whole int64, fracNonZero bool, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// fastPattern is a schema's pattern; ascii, when the pattern has its shape,
+// matches without the regexp engine.
+type fastPattern struct {
+	re    *regexp.Regexp
+	ascii *asciiPattern
+}
+
+func (p fastPattern) match(b []byte) bool {
+	if p.ascii != nil {
+		return p.ascii.match(b)
+	}
+	return p.re.Match(b)
+}
+
+// asciiPattern is a regexp of the form ^item...item$ where each item is an
+// ASCII character or class, repeated a fixed number of times, except that the
+// last one may have a range of counts: ^[A-Za-z_][A-Za-z0-9_.-]{0,127}$ or
+// ^sha256:[0-9a-f]{64}$. Anchored at both ends, with only the last item of
+// variable length, matching byte by byte gives what the regexp gives: every
+// byte of a non-ASCII rune, or of invalid UTF-8, is outside every class, as
+// is the rune the regexp decodes from it.
+type asciiPattern struct {
+	items []asciiItem
+}
+
+type asciiItem struct {
+	set      [2]uint64 // bit c%64 of set[c/64]: ASCII byte c is in the class
+	min, max int       // repetitions; max -1: unbounded
+}
+
+func (it *asciiItem) has(c byte) bool { return c < 128 && it.set[c>>6]&(1<<(c&63)) != 0 }
+
+func (p *asciiPattern) match(b []byte) bool {
+	i := 0
+	for _, it := range p.items {
+		if it.min != it.max { // the last item
+			n := len(b) - i
+			if n < it.min || it.max >= 0 && n > it.max {
+				return false
+			}
+			for ; i < len(b); i++ {
+				if !it.has(b[i]) {
+					return false
+				}
+			}
+			return true
+		}
+		for range it.min {
+			if i >= len(b) || !it.has(b[i]) {
+				return false
+			}
+			i++
+		}
+	}
+	return i == len(b)
+}
+
+// compileASCIIPattern returns the asciiPattern of re, or nil if re does not
+// have that shape.
+func compileASCIIPattern(re *regexp.Regexp) *asciiPattern {
+	// regexp.Compile parses with syntax.Perl; so does this.
+	rx, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	nodes := []*syntax.Regexp{rx}
+	if rx.Op == syntax.OpConcat {
+		nodes = rx.Sub
+	}
+	if len(nodes) < 2 || nodes[0].Op != syntax.OpBeginText || nodes[len(nodes)-1].Op != syntax.OpEndText {
+		return nil
+	}
+	class := func(n *syntax.Regexp) (it asciiItem, ok bool) {
+		if n.Flags&syntax.FoldCase != 0 {
+			return it, false
+		}
+		switch {
+		case n.Op == syntax.OpLiteral && len(n.Rune) == 1:
+			if n.Rune[0] >= utf8.RuneSelf {
+				return it, false
+			}
+			it.set[n.Rune[0]>>6] |= 1 << (n.Rune[0] & 63)
+		case n.Op == syntax.OpCharClass:
+			for i := 0; i+1 < len(n.Rune); i += 2 {
+				if n.Rune[i+1] >= utf8.RuneSelf {
+					return it, false
+				}
+				for r := n.Rune[i]; r <= n.Rune[i+1]; r++ {
+					it.set[r>>6] |= 1 << (r & 63)
+				}
+			}
+		default:
+			return it, false
+		}
+		return it, true
+	}
+	p := &asciiPattern{}
+	for _, n := range nodes[1 : len(nodes)-1] {
+		if n.Flags&syntax.FoldCase != 0 {
+			return nil
+		}
+		switch n.Op {
+		case syntax.OpLiteral:
+			for _, r := range n.Rune {
+				it, ok := class(&syntax.Regexp{Op: syntax.OpLiteral, Rune: []rune{r}})
+				if !ok {
+					return nil
+				}
+				it.min, it.max = 1, 1
+				p.items = append(p.items, it)
+			}
+		case syntax.OpCharClass:
+			it, ok := class(n)
+			if !ok {
+				return nil
+			}
+			it.min, it.max = 1, 1
+			p.items = append(p.items, it)
+		case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+			if len(n.Sub) != 1 {
+				return nil
+			}
+			it, ok := class(n.Sub[0])
+			if !ok {
+				return nil
+			}
+			switch n.Op {
+			case syntax.OpStar:
+				it.min, it.max = 0, -1
+			case syntax.OpPlus:
+				it.min, it.max = 1, -1
+			case syntax.OpQuest:
+				it.min, it.max = 0, 1
+			default:
+				it.min, it.max = n.Min, n.Max
+			}
+			p.items = append(p.items, it)
+		default:
+			return nil
+		}
+	}
+	for i, it := range p.items {
+		if it.min != it.max && i != len(p.items)-1 {
+			return nil
+		}
+	}
+	return p
 }

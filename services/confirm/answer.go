@@ -30,7 +30,10 @@ func (e *AlreadyAnsweredError) Error() string {
 }
 
 // Is makes errors.Is(err, events.ErrConflict) true.
-func (e *AlreadyAnsweredError) Is(target error) bool { return errors.Is(events.ErrConflict, target) }
+func (e *AlreadyAnsweredError) Is(target error) bool {
+	var t *events.Error
+	return errors.As(target, &t) && t.Code == events.CodeConflict
+}
 
 // AnswerOption adjusts an answer.
 type AnswerOption interface{ applyAnswer(*answerConfig) }

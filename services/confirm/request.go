@@ -3,6 +3,7 @@ package confirm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -63,6 +64,16 @@ func (r *router) request(ctx context.Context, body []byte) (*RequestReply, error
 	ev, err := events.NewEvent(events.ConfirmRequested, in.ID, in.ID+"/requested", in.Requester, in.ConfirmRequestedData)
 	if err != nil {
 		return nil, err
+	}
+	// What the event contract refuses (a negative timeout, a bad skill
+	// name, too many options) is the requester's mistake too.
+	if err := r.bus.Codec().Check(&ev); err != nil {
+		msg := err.Error()
+		var e *events.Error
+		if errors.As(err, &e) {
+			msg = e.Message
+		}
+		return nil, events.Errorf(events.CodeInvalidRequest, "%s", msg)
 	}
 	// Expect no earlier event: an id is used once.
 	if _, err := r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", in.ID), Seq: 0}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/service"
@@ -373,9 +374,9 @@ func isCancel(v string) bool {
 // MaxMessageBytes bounds a confirmation's message.
 const MaxMessageBytes = 8000
 
-// Validate reports what makes a request unanswerable: an empty, over-long
-// or control-character message, no options, duplicate option values, a
-// default that is not an option.
+// Validate reports what makes a request unanswerable: an empty or
+// over-long message, control characters in the message, title or options,
+// no options, duplicate option values, a default that is not an option.
 func Validate(req *events.ConfirmRequestedData, maxMessage int) string {
 	if strings.TrimSpace(req.Message) == "" {
 		return "empty message"
@@ -386,15 +387,21 @@ func Validate(req *events.ConfirmRequestedData, maxMessage int) string {
 	if len(req.Options) == 0 {
 		return "no options"
 	}
-	for _, r := range req.Message {
-		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
-			return "message contains control characters"
-		}
+	if hasControl(req.Message) {
+		return "message contains control characters"
+	}
+	// The title and options reach the same terminals as the message: an
+	// escape sequence there could disguise what is being asked.
+	if hasControl(req.Title) {
+		return "title contains control characters"
 	}
 	seen := map[string]bool{}
 	for _, o := range req.Options {
 		if strings.TrimSpace(o.Value) == "" || strings.TrimSpace(o.Label) == "" {
 			return "an option has an empty label or value"
+		}
+		if hasControl(o.Value) || hasControl(o.Label) || hasControl(o.Description) {
+			return fmt.Sprintf("option %q contains control characters", o.Value)
 		}
 		if seen[o.Value] {
 			return "option value " + o.Value + " appears twice"
@@ -405,4 +412,15 @@ func Validate(req *events.ConfirmRequestedData, maxMessage int) string {
 		return "default " + req.Default + " is not one of the options"
 	}
 	return ""
+}
+
+// hasControl reports whether s holds a control character (C0, DEL, C1)
+// other than a line feed or a tab: escape sequences, carriage returns.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return true
+		}
+	}
+	return false
 }

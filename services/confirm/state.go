@@ -83,7 +83,10 @@ func Load(ctx context.Context, bus *events.Bus, id string) (*State, error) {
 	_, err := events.ReadLog(ctx, bus.JetStream(), events.EventStream, []string{events.SubjectFilter("confirm", id)}, 0, func(raw events.RawMsg) error {
 		ev, err := bus.Codec().DecodeStored(raw)
 		if err != nil {
-			return nil // dead-lettered by the gate; not part of the confirmation
+			// Dead-lettered by the gate; not part of the confirmation. It
+			// still counts for the stream's expected-last-sequence check.
+			s.LastSeq = max(s.LastSeq, raw.Seq)
+			return nil
 		}
 		return s.Apply(ev, raw.Seq)
 	})

@@ -66,6 +66,13 @@ func Run(ctx context.Context, rt *service.Runtime, o Options) error {
 		return err
 	}
 	defer fixes.Stop()
+	// Failures waiting in the log are handled at once: the learned fixes must
+	// be loaded first, or a fix known for them is passed over.
+	select {
+	case <-fixes.Ready():
+	case <-ctx.Done():
+		return nil
+	}
 	h := &healer{cfg: cfg, bus: rt.Bus, invoker: &tool.Invoker{Registry: reg, Requester: rt.Conn}, fixes: fixes, log: rt.Log}
 	if o.Workers <= 0 {
 		o.Workers = 8

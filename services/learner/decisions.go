@@ -24,7 +24,8 @@ type Decision struct {
 	Failures    int     `json:"failures"`
 	SuccessRate float64 `json:"success_rate"`
 	// Candidate: more than 3 decisions and over 90% success (the seed's
-	// rule): the escalator may auto-approve, with ConfidenceBoost.
+	// rule), and over 90% of the decisions approvals: the escalator may
+	// auto-approve, with ConfidenceBoost.
 	Candidate       bool    `json:"auto_approve_candidate"`
 	ConfidenceBoost float64 `json:"confidence_boost"`
 }
@@ -144,7 +145,10 @@ func score(d *Decision) {
 	if total > 0 {
 		d.SuccessRate = round3(float64(d.Successes) / float64(total))
 	}
-	d.Candidate = d.Count > 3 && d.SuccessRate > 0.9
+	// Only an operation people approve can be a candidate for auto-approval:
+	// one they keep denying has no outcomes, so its success rate stays 1.
+	approved := d.Count > 0 && float64(d.Approved)/float64(d.Count) > 0.9
+	d.Candidate = d.Count > 3 && d.SuccessRate > 0.9 && approved
 	d.ConfidenceBoost = 0
 	if d.Candidate {
 		d.ConfidenceBoost = round3(min(0.3, float64(d.Count)*0.05))

@@ -81,7 +81,7 @@ type commands struct {
 func (c *commands) register(svc micro.Service) error {
 	g := svc.AddGroup(events.CommandPrefix + ".run")
 	for name, h := range map[string]func(context.Context, []byte) (any, error){
-		"start": c.start, "continue": c.continueRun, "retry": c.retry, "cancel": c.cancel,
+		"start": c.start, "continue": retrying(c.continueRun), "retry": retrying(c.retry), "cancel": retrying(c.cancel),
 	} {
 		h := h
 		err := g.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
@@ -100,6 +100,27 @@ func (c *commands) register(svc micro.Service) error {
 		}
 	}
 	return nil
+}
+
+// errStale marks a command that lost the race with another append to the
+// run; it is re-read and decided again.
+var errStale = errors.New("run changed")
+
+// retrying re-runs a command that lost an optimistic-concurrency race: the
+// run is read again and the command decided again on the new state.
+func retrying(h func(context.Context, []byte) (any, error)) func(context.Context, []byte) (any, error) {
+	return func(ctx context.Context, b []byte) (any, error) {
+		for attempt := 0; ; attempt++ {
+			out, err := h(ctx, b)
+			if !errors.Is(err, errStale) {
+				return out, err
+			}
+			if attempt == 9 {
+				return nil, events.Errorf(events.CodeConflict, "the run keeps changing; try again")
+			}
+			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+		}
+	}
 }
 
 func oneLine(s string) string {
@@ -190,6 +211,9 @@ func (c *commands) loadRun(ctx context.Context, id string) (*RunState, error) {
 	}
 	r := newRun(id)
 	_, err := events.ReadLog(ctx, c.e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
+		// Count every message's position, valid or not: the stream's
+		// expected-sequence check counts them all.
+		r.LastSeq = max(r.LastSeq, raw.Seq)
 		ev, err := c.e.bus.Codec().DecodeStored(raw)
 		if err != nil {
 			return nil
@@ -215,7 +239,7 @@ func (c *commands) publishRunEvent(ctx context.Context, r *RunState, evs ...even
 		}
 		if _, err := c.e.bus.Publish(ctx, &evs[i], opts...); err != nil {
 			if errors.Is(err, events.ErrConflict) {
-				return events.Errorf(events.CodeConflict, "run %s changed while the command was being applied; look at `heed audit %s` and try again", r.ID, r.ID)
+				return fmt.Errorf("%w: %v", errStale, err)
 			}
 			return err
 		}
@@ -254,9 +278,20 @@ func (c *commands) continueRun(ctx context.Context, b []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Status != StatusPaused || r.Paused == nil {
+	paused := r.Paused
+	if paused == nil {
+		// The healer may have handed a failure to the agent a moment before
+		// the runner recorded the pause: the agent may answer already.
+		for i, ss := range r.Steps {
+			if ss.Status == StepFailed && ss.Heal.Attempt == ss.Attempt && ss.Heal.Escalated != nil && !r.Terminal() {
+				paused = &events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: ss.Heal.Escalated.Step, Index: i}
+			}
+		}
+	}
+	if paused == nil {
 		return nil, events.Errorf(events.CodeConflict, "run %s is %s, not paused", r.ID, r.Status)
 	}
+	r.Paused = paused
 	switch r.Paused.Reason {
 	case events.PauseAwaitingConfirmation:
 		if req.Choice == "" {

@@ -39,7 +39,16 @@ type engine struct {
 	mu       sync.Mutex
 	runs     map[string]*RunState
 	inflight map[string]*flight // key: run/index/attempt
+	// finished keeps the runs that ended last (ids oldest first in
+	// finishedIDs): the events published with the end are still to be
+	// delivered, and each would otherwise rebuild the run from the log
+	// only to find it over.
+	finished    map[string]*RunState
+	finishedIDs []string
 }
+
+// maxFinished bounds the finished runs kept.
+const maxFinished = 1024
 
 type flight struct {
 	cancel context.CancelFunc
@@ -52,7 +61,7 @@ func flightKey(run string, index, attempt int) string {
 
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
-		runs: map[string]*RunState{}, inflight: map[string]*flight{}, timers: map[string]*timer{},
+		runs: map[string]*RunState{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*RunState{},
 		healWait: 3 * time.Second, healTimeout: 2 * time.Minute}
 }
 
@@ -76,6 +85,9 @@ func runIDOf(ev *events.Event) string {
 func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*RunState, error) {
 	e.mu.Lock()
 	r, ok := e.runs[id]
+	if !ok {
+		r, ok = e.finished[id]
+	}
 	e.mu.Unlock()
 	if ok {
 		return r, nil
@@ -103,7 +115,23 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*RunS
 func (e *engine) forget(id string) {
 	e.mu.Lock()
 	delete(e.runs, id)
+	delete(e.finished, id)
 	e.mu.Unlock()
+}
+
+// done moves an ended run to the finished runs.
+func (e *engine) done(r *RunState) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.runs, r.ID)
+	if _, ok := e.finished[r.ID]; !ok {
+		e.finishedIDs = append(e.finishedIDs, r.ID)
+	}
+	e.finished[r.ID] = r
+	if len(e.finishedIDs) > maxFinished {
+		delete(e.finished, e.finishedIDs[0])
+		e.finishedIDs = e.finishedIDs[1:]
+	}
 }
 
 // handle is the consumer's handler.
@@ -126,7 +154,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	if !r.Requested {
 		// Driven by an outside agent, or not ours: nothing to do.
 		if r.Terminal() {
-			e.forget(id)
+			e.done(r)
 		}
 		return nil, nil
 	}
@@ -160,7 +188,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		}
 	}
 	if r.Terminal() {
-		e.forget(id)
+		e.done(r)
 		return nil, nil
 	}
 	switch {
@@ -251,8 +279,9 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				k := flightKey(r.ID, i, ss.Attempt)
 				e.mu.Lock()
 				f := e.inflight[k]
+				running := f != nil && f.state != "lost" // state is written under mu by the call's goroutine
 				e.mu.Unlock()
-				if f != nil && f.state != "lost" {
+				if running {
 					return out(), action{} // running (or its result is on the way)
 				}
 				return out(), action{launch: &launch{index: i, attempt: ss.Attempt, step: st, args: ss.Args}}
@@ -627,6 +656,7 @@ func (e *engine) startTimer(ctx context.Context, d *events.Delivery, w *wait) {
 		e.mu.Lock()
 		delete(e.timers, w.key)
 		e.mu.Unlock()
+		w.event.SetTime(time.Now().UTC()) // it happens now, not when the wait was decided
 		tm.once.Do(func() { tm.finish([]events.Event{w.event}, nil) })
 	})
 }

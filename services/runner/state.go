@@ -251,8 +251,8 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 		if err := json.Unmarshal(data, &d); err != nil {
 			return err
 		}
-		if r.Paused != nil && r.Paused.Reason == events.PauseAwaitingAgent && d.Choice == ChoiceOnError {
-			if s := r.step(r.Paused.Index); s != nil && s.Status == StepFailed {
+		if d.Choice == ChoiceOnError {
+			if s := r.step(d.Index); s != nil && s.Status == StepFailed {
 				s.Heal.Declined = true
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
 
@@ -42,7 +43,11 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 	}
 	req := st.Request
 	// Hear answers from elsewhere (another terminal, the web, the router).
-	answered := make(chan *nats.Msg, 1)
+	// Every racing answer reaches this subscription, the refused ones too
+	// (each message only prompts a read of the log): a full channel drops
+	// messages, perhaps the one that won, and nats.go then writes "slow
+	// consumer" over the prompt.
+	answered := make(chan *nats.Msg, 256)
 	sub, err := c.nc.ChanSubscribe(events.ConfirmAnswered.Subject(st.ID), answered)
 	if err != nil {
 		return promptResult{}, err
@@ -89,17 +94,11 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 	}
 	defer func() { _ = term.Restore(int(in.Fd()), old) }()
 	keys := make(chan byte, 16)
-	go func() {
-		b := make([]byte, 1)
-		for {
-			n, err := in.Read(b)
-			if err != nil || n == 0 {
-				close(keys)
-				return
-			}
-			keys <- b[0]
-		}
-	}()
+	stopKeys, keysDone := make(chan struct{}), make(chan struct{})
+	go readKeys(in, keys, stopKeys, keysDone)
+	// The reader must be gone before the prompt returns: one left blocked
+	// in a read would take the first key pressed at the next prompt.
+	defer func() { close(stopKeys); <-keysDone }()
 
 	remember := ""
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -192,6 +191,37 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 				return promptResult{Choice: def, Method: events.MethodTimeout, By: "heed/cli", Duration: time.Since(start)}, nil
 			}
 			draw()
+		}
+	}
+}
+
+// readKeys sends the bytes read from in to keys until stop is closed (or
+// in fails). It polls, so that it never sits in a read after stop.
+func readKeys(in *os.File, keys chan<- byte, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	fds := []unix.PollFd{{Fd: int32(in.Fd()), Events: unix.POLLIN}}
+	b := make([]byte, 1)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n, err := unix.Poll(fds, 50)
+		if err == unix.EINTR || err == nil && n == 0 {
+			continue
+		}
+		if err == nil {
+			n, err = in.Read(b)
+		}
+		if err != nil || n == 0 {
+			close(keys)
+			return
+		}
+		select {
+		case keys <- b[0]:
+		case <-stop:
+			return
 		}
 	}
 }

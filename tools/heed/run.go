@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -126,9 +127,15 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 					res, err := prompt(ctx, c, st, os.Stdin, out)
 					if err == nil {
 						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
+						p.unlock()
+						continue
+					}
+					// Not answered here: say why, then show the pause and
+					// how to answer it from elsewhere instead of going quiet.
+					if !errors.Is(err, context.Canceled) {
+						p.line("✗ the answer was not recorded: %v", err)
 					}
 					p.unlock()
-					continue
 				}
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/embedded"
@@ -151,17 +152,32 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		}
 		rts = append(rts, rt)
 		names = append(names, s.name)
+	}
+	// Services start one at a time, once every connection has provisioned
+	// the streams, each when the one before has set up (it registers its
+	// health check once its consumers exist): a stream or bucket update
+	// racing another service's consumer creation is a data race inside
+	// nats-server. And "ready" then means ready.
+	for i, s := range landedServices(o) {
+		if runCtx.Err() != nil {
+			break
+		}
+		rt, done := rts[i], make(chan struct{})
 		wg.Add(1)
-		go func(run service.RunFunc, rt *service.Runtime) {
+		go func(run service.RunFunc) {
 			defer wg.Done()
+			defer close(done)
 			if err := run(runCtx, rt); err != nil && runCtx.Err() == nil {
 				errs <- fmt.Errorf("%s: %w", rt.Name, err)
 				cancel()
 			}
-		}(s.run, rt)
+		}(s.run)
+		waitStarted(runCtx, log, rt, done)
 	}
-	fmt.Fprintf(out, "heed: services running: %v\n", names)
-	fmt.Fprintf(out, "heed: ready (Ctrl-C to stop)\n")
+	if runCtx.Err() == nil {
+		fmt.Fprintf(out, "heed: services running: %v\n", names)
+		fmt.Fprintf(out, "heed: ready (Ctrl-C to stop)\n")
+	}
 
 	<-runCtx.Done()
 	fmt.Fprintf(out, "heed: stopping: draining services\n")
@@ -177,5 +193,25 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		return err
 	default:
 		return nil
+	}
+}
+
+// waitStarted waits until a service has registered a health check (services
+// do once their consumers exist), has stopped, or ctx is done.
+func waitStarted(ctx context.Context, log *slog.Logger, rt *service.Runtime, done <-chan struct{}) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	slow := time.After(30 * time.Second)
+	for len(rt.Health().Checks) == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-slow:
+			log.Warn("service is slow to start; starting the next", "service", rt.Name)
+			return
+		case <-tick.C:
+		}
 	}
 }

@@ -682,7 +682,10 @@ func (sk *Skill) ResolveInputs(given map[string]any) (map[string]any, error) {
 	return out, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+var (
+	yamlLineRE     = regexp.MustCompile(`line (\d+)`)
+	yamlLinePartRE = regexp.MustCompile(`line \d+: `)
+)
 
 func yamlErrLine(err error) int {
 	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
@@ -694,5 +697,5 @@ func yamlErrLine(err error) int {
 
 func cleanYAMLError(err error) string {
 	s := strings.TrimPrefix(err.Error(), "yaml: ")
-	return yamlLineRE.ReplaceAllString(s, "")
+	return yamlLinePartRE.ReplaceAllString(s, "")
 }

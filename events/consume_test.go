@@ -1,0 +1,547 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/eventstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// badMsg is one kind of message the gate must refuse.
+type badMsg struct {
+	name   string
+	msg    func(t *testing.T) *nats.Msg
+	code   events.Code
+	reason string // the dead letter's reason must mention it
+}
+
+var badMsgs = []badMsg{
+	{"garbage without headers", func(*testing.T) *nats.Msg {
+		return &nats.Msg{Subject: "heed.run.bad-garbage.started", Data: []byte("\x00\x01 this is not an event \xff")}
+	}, events.CodeUndecodable, "no CloudEvents headers"},
+	{"binary mode without ce-type", func(t *testing.T) *nats.Msg {
+		m := rawMsg(t, newEvent(t, events.RunStarted, "bad-notype", "bad-notype:1", runStartedData))
+		delete(m.Header, "ce-type")
+		return m
+	}, events.CodeMissingAttribute, "type"},
+	{"unknown ce-type", func(t *testing.T) *nats.Msg {
+		return rawMsg(t, newEvent(t, "heed.run.exploded", "bad-unknown", "bad-unknown:1", runStartedData))
+	}, events.CodeUnknownType, "heed.run.exploded"},
+	{"schema violation", func(t *testing.T) *nats.Msg {
+		return rawMsg(t, newEvent(t, events.RunStarted, "bad-schema", "bad-schema:1", json.RawMessage(`{"skill":"deploy"}`)))
+	}, events.CodeSchemaViolation, "driver"},
+	{"subject mismatch", func(t *testing.T) *nats.Msg {
+		m := rawMsg(t, newEvent(t, events.RunStarted, "bad-victim", "bad-mismatch:1", runStartedData))
+		m.Subject = "heed.run.bad-mismatch.started" // someone else's aggregate
+		return m
+	}, events.CodeSubjectMismatch, "heed.run.bad-victim.started"},
+	{"invalid aggregate id", func(t *testing.T) *nats.Msg {
+		m := rawMsg(t, newEvent(t, events.RunStarted, "bad-id", "bad-id:1", runStartedData))
+		m.Header.Set("ce-subject", "bad%20id")
+		return m
+	}, events.CodeInvalidID, `"bad id"`},
+}
+
+// TestConsumeDeadLettersBadMessages publishes every kind of bad message,
+// each followed by a good event, with a plain JetStream client; the
+// consumer must dead-letter the bad ones intact and handle exactly the good.
+func TestConsumeDeadLettersBadMessages(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := jsOf(t, env)
+
+	type published struct {
+		msg *nats.Msg
+		seq uint64
+	}
+	bad := make([]published, len(badMsgs))
+	var wantGood []string
+	for i, b := range badMsgs {
+		m := b.msg(t)
+		bad[i] = published{m, publishRaw(t, js, m)}
+		good := newEvent(t, events.RunStepFailed, fmt.Sprintf("good%d", i), fmt.Sprintf("good-%d", i), stepFailedData)
+		publishRaw(t, js, rawMsg(t, good))
+		wantGood = append(wantGood, good.ID())
+	}
+
+	var rec recorder
+	c := consume(t, bus, events.ConsumerConfig{Name: "gate"}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		rec.add(d.Event.ID())
+		return nil, nil
+	})
+	waitIdle(t, js, "gate")
+
+	if got := rec.seen(); strings.Join(got, ",") != strings.Join(wantGood, ",") {
+		t.Fatalf("handler saw %v, want exactly the good events %v in order", got, wantGood)
+	}
+	if s := c.Stats(); s.Handled != uint64(len(wantGood)) || s.DeadLettered != uint64(len(badMsgs)) || s.Retried != 0 {
+		t.Errorf("stats = %+v, want %d handled, %d dead-lettered, 0 retried", s, len(wantGood), len(badMsgs))
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != uint64(len(badMsgs)) {
+		t.Errorf("DLQ holds %d messages, want %d", n, len(badMsgs))
+	}
+
+	for i, b := range badMsgs {
+		t.Run(b.name, func(t *testing.T) {
+			orig := bad[i]
+			dlqSubject := "heed.dlq." + strings.TrimPrefix(orig.msg.Subject, "heed.")
+			if got := events.DLQSubject(orig.msg.Subject); got != dlqSubject {
+				t.Fatalf("DLQSubject(%s) = %s, want %s", orig.msg.Subject, got, dlqSubject)
+			}
+			dl := lastMsg(t, js, events.DLQStream, dlqSubject)
+			checkDeadLetter(t, dl, orig.msg, orig.seq, "gate", b.code, b.reason)
+		})
+	}
+}
+
+// checkDeadLetter asserts a dead letter carries the original intact plus
+// the reason headers.
+func checkDeadLetter(t *testing.T, dl *jetstream.RawStreamMsg, orig *nats.Msg, seq uint64, consumer string, code events.Code, reasonHas string) {
+	t.Helper()
+	h := dl.Header
+	if got := h.Get(events.HeaderDLQCode); got != string(code) {
+		t.Errorf("%s = %q, want %q", events.HeaderDLQCode, got, code)
+	}
+	reason := h.Get(events.HeaderDLQReason)
+	if reason == "" {
+		t.Errorf("%s is empty", events.HeaderDLQReason)
+	}
+	if strings.ContainsAny(reason, "\r\n\x00") {
+		t.Errorf("%s has control characters: %q", events.HeaderDLQReason, reason)
+	}
+	if !strings.Contains(reason, reasonHas) {
+		t.Errorf("%s = %q, want it to mention %q", events.HeaderDLQReason, reason, reasonHas)
+	}
+	for name, want := range map[string]string{
+		events.HeaderDLQStream:   events.EventStream,
+		events.HeaderDLQSeq:      strconv.FormatUint(seq, 10),
+		events.HeaderDLQSubject:  orig.Subject,
+		events.HeaderDLQConsumer: consumer,
+		events.HeaderMsgID:       fmt.Sprintf("dlq:%s:%d", events.EventStream, seq),
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, h.Get(events.HeaderDLQTime)); err != nil || time.Since(ts) > time.Minute {
+		t.Errorf("%s = %q: not a recent RFC 3339 time (%v)", events.HeaderDLQTime, h.Get(events.HeaderDLQTime), err)
+	}
+	if string(dl.Data) != string(orig.Data) {
+		t.Errorf("body = %q, want the original %q", dl.Data, orig.Data)
+	}
+	for name, vals := range orig.Header {
+		switch {
+		case strings.HasPrefix(strings.ToLower(name), "nats-"):
+			// Control headers must not act again on the DLQ stream.
+			if got := h.Get("Heed-Orig-" + name); got != vals[0] {
+				t.Errorf("Heed-Orig-%s = %q, want %q", name, got, vals[0])
+			}
+		default:
+			if got := h[name]; len(got) != len(vals) || got[0] != vals[0] {
+				t.Errorf("original header %s = %q, dead letter has %q", name, vals, got)
+			}
+		}
+	}
+}
+
+func TestConsumeRetriesThenDeadLetters(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+
+	flaky := newEvent(t, events.RunStepFailed, "flaky", "flaky-1", stepFailedData)
+	broken := newEvent(t, events.RunStepFailed, "broken", "broken-1", stepFailedData)
+	publish(t, bus, broken)
+	brokenSeq := lastMsg(t, js, events.EventStream, events.SubjectOf(broken)).Sequence
+	publish(t, bus, flaky)
+
+	const maxDeliver = 3
+	var mu sync.Mutex
+	attempts := map[string][]uint64{} // event id -> Delivered of each attempt
+	c := consume(t, bus, events.ConsumerConfig{
+		Name:       "retrier",
+		MaxDeliver: maxDeliver,
+		Backoff:    []time.Duration{10 * time.Millisecond, 20 * time.Millisecond},
+		Workers:    2,
+	}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		mu.Lock()
+		attempts[d.Event.ID()] = append(attempts[d.Event.ID()], d.Delivered)
+		n := len(attempts[d.Event.ID()])
+		mu.Unlock()
+		switch {
+		case d.Event.ID() == broken.ID():
+			return nil, errors.New("database is on fire")
+		case n < 3: // flaky succeeds on its third attempt
+			return nil, fmt.Errorf("transient failure %d", n)
+		}
+		return nil, nil
+	})
+	waitIdle(t, js, "retrier")
+	eventstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if s := c.Stats(); s.Handled != 1 || s.DeadLettered != 1 {
+			return fmt.Errorf("stats %+v", s)
+		}
+		return nil
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(attempts[broken.ID()]); got != "[1 2 3]" {
+		t.Errorf("broken event deliveries = %s, want [1 2 3] (MaxDeliver %d)", got, maxDeliver)
+	}
+	if got := fmt.Sprint(attempts[flaky.ID()]); got != "[1 2 3]" {
+		t.Errorf("flaky event deliveries = %s, want [1 2 3]", got)
+	}
+	if s := c.Stats(); s.Retried != 4 {
+		t.Errorf("retried = %d, want 4 (2 per event)", s.Retried)
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1 (only the broken event)", n)
+	}
+	orig, err := bus.Codec().Encode(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := lastMsg(t, js, events.DLQStream, events.DLQSubject(events.SubjectOf(broken)))
+	checkDeadLetter(t, dl, orig, brokenSeq, "retrier", events.CodeHandlerFailed, "database is on fire")
+	if r := dl.Header.Get(events.HeaderDLQReason); !strings.Contains(r, "3 times") {
+		t.Errorf("reason %q does not say how often it failed", r)
+	}
+}
+
+func TestConsumePoisonDeadLettersAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler func() ([]events.Event, error)
+		reason  string
+	}{
+		{"Poison", func() ([]events.Event, error) {
+			return nil, events.Poison(errors.New("step index out of range"))
+		}, "step index out of range"},
+		{"wrapped Poison", func() ([]events.Event, error) {
+			return nil, fmt.Errorf("apply: %w", events.Poison(errors.New("bad state")))
+		}, "bad state"},
+		{"panic", func() ([]events.Event, error) {
+			panic("nil map write")
+		}, "nil map write"},
+		{"invalid output event", func() ([]events.Event, error) {
+			bad, _ := events.NewEvent(events.RunResumed, "r1", "out-1", testSource, json.RawMessage(`{"step":"deploy"}`))
+			return []events.Event{bad}, nil
+		}, "invalid event"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := eventstest.Start(t)
+			bus := env.Bus(t)
+			js := bus.JetStream()
+			in := newEvent(t, events.ConfirmAnswered, "c1", "answer:c1", answeredData)
+			seq := publish(t, bus, in).Sequence
+
+			var calls atomic.Int32
+			c := consume(t, bus, events.ConsumerConfig{Name: "poisoned", MaxDeliver: 5, Backoff: []time.Duration{10 * time.Millisecond}},
+				func(context.Context, *events.Delivery) ([]events.Event, error) {
+					calls.Add(1)
+					return tc.handler()
+				})
+			waitIdle(t, js, "poisoned")
+			if n := calls.Load(); n != 1 {
+				t.Errorf("handler called %d times, want 1", n)
+			}
+			if s := c.Stats(); s.DeadLettered != 1 || s.Retried != 0 || s.Handled != 0 {
+				t.Errorf("stats = %+v, want 1 dead-lettered, no retry", s)
+			}
+			orig, _ := bus.Codec().Encode(in)
+			dl := lastMsg(t, js, events.DLQStream, "heed.dlq.confirm.c1.answered")
+			checkDeadLetter(t, dl, orig, seq, "poisoned", events.CodePoison, tc.reason)
+			if n := streamCount(t, js, events.EventStream, "heed.run.>"); n != 0 {
+				t.Errorf("%d output events stored, want none", n)
+			}
+		})
+	}
+}
+
+// TestConsumeInvalidOutputPublishesNothing: when one of a handler's
+// outputs is invalid the input is poison, and none of its outputs may
+// reach the log, not even the valid ones.
+func TestConsumeInvalidOutputPublishesNothing(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	publish(t, bus, newEvent(t, events.ConfirmAnswered, "c1", "answer:c1", answeredData))
+
+	c := consume(t, bus, events.ConsumerConfig{Name: "half", Filters: []string{"heed.confirm.>"}}, func(context.Context, *events.Delivery) ([]events.Event, error) {
+		var out []events.Event
+		for i, data := range []json.RawMessage{resumedData, resumedData, json.RawMessage(`{}`)} {
+			ev, _ := events.NewEvent(events.RunResumed, fmt.Sprintf("r%d", i), fmt.Sprintf("out-%d", i), testSource, data)
+			out = append(out, ev)
+		}
+		return out, nil
+	})
+	waitIdle(t, js, "half")
+	if s := c.Stats(); s.DeadLettered != 1 {
+		t.Fatalf("stats = %+v, want the input dead-lettered", s)
+	}
+	// Let any stray asynchronous publish land before counting.
+	time.Sleep(50 * time.Millisecond)
+	if n := streamCount(t, js, events.EventStream, "heed.run.>"); n != 0 {
+		t.Fatalf("%d outputs of a poisoned input were stored, want 0", n)
+	}
+}
+
+// TestConsumeOutputsDeterministicIDs: outputs are published before the
+// input is acknowledged; two consumers (or one redelivery) handling the same
+// input publish outputs with the same ids, which the stream stores once.
+func TestConsumeOutputsDeterministicIDs(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+
+	handler := func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		var out []events.Event
+		for i, run := range []string{"r1", "r2"} {
+			ev, err := events.NewEvent(events.RunResumed, run, fmt.Sprintf("resume:%s:%d", d.Event.ID(), i), "urn:heed:runner", resumedData)
+			if err != nil {
+				return nil, err
+			}
+			ev.SetTime(d.Event.Time())
+			out = append(out, ev)
+		}
+		return out, nil
+	}
+	filter := []string{"heed.confirm.*.answered"}
+	for _, name := range []string{"runner-a", "runner-b"} {
+		consume(t, env.Bus(t), events.ConsumerConfig{Name: name, Filters: filter}, handler)
+	}
+	for i := range 3 {
+		publish(t, bus, newEvent(t, events.ConfirmAnswered, fmt.Sprintf("c%d", i), fmt.Sprintf("answer-%d", i), answeredData))
+	}
+	waitIdle(t, js, "runner-a")
+	waitIdle(t, js, "runner-b")
+
+	for _, run := range []string{"r1", "r2"} {
+		if n := streamCount(t, js, events.EventStream, "heed.run."+run+".resumed"); n != 3 {
+			t.Errorf("%d resumed events for %s, want 3 (one per input, not one per consumer)", n, run)
+		}
+	}
+	// The outputs are valid events whose ids derive from the input.
+	m := lastMsg(t, js, events.EventStream, "heed.run.r2.resumed")
+	ev, err := bus.Codec().Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		t.Fatalf("stored output does not decode: %v", err)
+	}
+	if ev.ID() != "resume:answer-2:1" {
+		t.Errorf("last output id = %s, want resume:answer-2:1", ev.ID())
+	}
+}
+
+func TestDeliveryHold(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+
+	held := make(chan func([]events.Event, error), 1)
+	var calls atomic.Int32
+	c := consume(t, bus, events.ConsumerConfig{Name: "holder", Filters: []string{"heed.confirm.>"}}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		calls.Add(1)
+		done := d.Hold()
+		held <- done
+		return nil, errors.New("ignored: the delivery is held") // a held delivery's return value must not count
+	})
+	seq := publish(t, bus, newEvent(t, events.ConfirmAnswered, "c1", "answer:c1", answeredData)).Sequence
+
+	var done func([]events.Event, error)
+	select {
+	case done = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler never ran")
+	}
+	// While held, the input stays unacknowledged and is not redelivered.
+	for range 5 {
+		ci := consumerInfo(t, js, "holder")
+		if ci.NumAckPending != 1 || ci.AckFloor.Stream >= seq {
+			t.Fatalf("while held: %d unacknowledged, ack floor %d; want 1 unacknowledged below seq %d", ci.NumAckPending, ci.AckFloor.Stream, seq)
+		}
+		if s := c.Stats(); s.Handled != 0 || s.Retried != 0 || s.DeadLettered != 0 {
+			t.Fatalf("while held: stats %+v, want all zero", s)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+
+	out, _ := events.NewEvent(events.RunResumed, "r1", "resume:answer:c1", testSource, resumedData)
+	done([]events.Event{out}, nil)
+	waitIdle(t, js, "holder")
+	if ci := consumerInfo(t, js, "holder"); ci.AckFloor.Stream < seq {
+		t.Errorf("after finishing: ack floor %d, want >= %d", ci.AckFloor.Stream, seq)
+	}
+	if n := streamCount(t, js, events.EventStream, "heed.run.r1.resumed"); n != 1 {
+		t.Errorf("held delivery's output stored %d times, want 1", n)
+	}
+	if s := c.Stats(); s.Handled != 1 || s.Retried != 0 {
+		t.Errorf("stats = %+v, want 1 handled", s)
+	}
+	// Finishing twice is harmless.
+	done(nil, errors.New("second finish"))
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+	if s := c.Stats(); s.Handled != 1 || s.Retried != 0 || s.DeadLettered != 0 {
+		t.Errorf("after a second finish: stats = %+v", s)
+	}
+}
+
+// TestConsumeOrder: MaxAckPending 1 gives strict log order; with several
+// workers each aggregate's events still arrive in log order. Both must keep
+// up: a stalled pull shows up as a missed deadline.
+func TestConsumeOrder(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	const n = 300
+	evs := make([]events.Event, 0, n)
+	for i := range n {
+		evs = append(evs, *newEvent(t, events.RunStepFailed, fmt.Sprintf("agg%d", i%5), fmt.Sprintf("ord-%d", i), stepFailedData))
+	}
+	if err := bus.PublishAll(testCtx(t), evs); err != nil {
+		t.Fatal(err)
+	}
+
+	type seen struct {
+		agg string
+		seq uint64
+	}
+	for _, tc := range []struct {
+		name          string
+		maxAckPending int
+		workers       int
+		global        bool // strict order across aggregates
+	}{
+		{"strict", 1, 1, true},
+		{"partitioned", 0, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []seen
+			start := time.Now()
+			c := consume(t, env.Bus(t), events.ConsumerConfig{Name: "order-" + tc.name, MaxAckPending: tc.maxAckPending, Workers: tc.workers},
+				func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+					mu.Lock()
+					got = append(got, seen{d.Event.Subject(), d.Seq})
+					mu.Unlock()
+					return nil, nil
+				})
+			eventstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+				if h := c.Stats().Handled; h != n {
+					return fmt.Errorf("handled %d of %d", h, n)
+				}
+				return nil
+			})
+			t.Logf("%d events in %s", n, time.Since(start).Round(time.Millisecond))
+			mu.Lock()
+			defer mu.Unlock()
+			last := map[string]uint64{}
+			var prev uint64
+			for _, s := range got {
+				if tc.global && s.seq <= prev {
+					t.Fatalf("seq %d handled after seq %d", s.seq, prev)
+				}
+				if s.seq <= last[s.agg] {
+					t.Fatalf("%s: seq %d handled after seq %d", s.agg, s.seq, last[s.agg])
+				}
+				prev, last[s.agg] = s.seq, s.seq
+			}
+			if len(got) != n {
+				t.Fatalf("handler called %d times, want %d", len(got), n)
+			}
+		})
+	}
+}
+
+// TestDeadLetterOncePerMessage: two consumers refusing the same stored
+// message produce one dead letter (its id is dlq:<stream>:<seq>).
+func TestDeadLetterOncePerMessage(t *testing.T) {
+	env := eventstest.Start(t)
+	js := jsOf(t, env)
+	seq := publishRaw(t, js, &nats.Msg{Subject: "heed.run.x.started", Data: []byte("garbage")})
+
+	var consumers []*events.Consumer
+	for _, name := range []string{"indexer", "runner"} {
+		consumers = append(consumers, consume(t, env.Bus(t), events.ConsumerConfig{Name: name}, func(context.Context, *events.Delivery) ([]events.Event, error) {
+			t.Errorf("handler called for garbage")
+			return nil, nil
+		}))
+	}
+	for _, name := range []string{"indexer", "runner"} {
+		waitIdle(t, js, name)
+	}
+	for i, c := range consumers {
+		if s := c.Stats(); s.DeadLettered != 1 {
+			t.Errorf("consumer %d: dead-lettered %d, want 1", i, s.DeadLettered)
+		}
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1", n)
+	}
+	dl := lastMsg(t, js, events.DLQStream, "heed.dlq.run.x.started")
+	if got, want := dl.Header.Get(events.HeaderMsgID), fmt.Sprintf("dlq:%s:%d", events.EventStream, seq); got != want {
+		t.Errorf("dead letter id = %q, want %q", got, want)
+	}
+}
+
+func TestDLQSubject(t *testing.T) {
+	for in, want := range map[string]string{
+		"heed.run.r1.step.failed":  "heed.dlq.run.r1.step.failed",
+		"heed.confirm.c1.answered": "heed.dlq.confirm.c1.answered",
+		"other.thing":              "heed.dlq.other.other.thing",
+	} {
+		if got := events.DLQSubject(in); got != want {
+			t.Errorf("DLQSubject(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestDeadLetterMessageHeaderSafety(t *testing.T) {
+	dl := events.DeadLetter{
+		Subject: "heed.run.r1.started",
+		Header: nats.Header{
+			"Nats-Msg-Id":                         {"orig"},
+			"Nats-Expected-Last-Subject-Sequence": {"7"},
+			"ce-id":                               {"e1"},
+		},
+		Data:   []byte("x"),
+		Stream: events.EventStream, Seq: 9, Consumer: "c", Code: events.CodeSchemaViolation,
+		Reason: "line one\r\nline two\x00" + strings.Repeat("é", 3000),
+	}
+	m := dl.Message(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	if got := m.Header.Get("Nats-Expected-Last-Subject-Sequence"); got != "" {
+		t.Errorf("original control header survived: Nats-Expected-Last-Subject-Sequence = %q", got)
+	}
+	if got := m.Header.Get("Heed-Orig-Nats-Expected-Last-Subject-Sequence"); got != "7" {
+		t.Errorf("renamed control header = %q, want 7", got)
+	}
+	if got := m.Header.Get(events.HeaderMsgID); got != "dlq:HEED_EVENTS:9" {
+		t.Errorf("Nats-Msg-Id = %q", got)
+	}
+	r := m.Header.Get(events.HeaderDLQReason)
+	if strings.ContainsAny(r, "\r\n\x00") {
+		t.Errorf("reason has control characters: %q", r)
+	}
+	if !strings.HasPrefix(r, "line one  line two ") {
+		t.Errorf("reason = %.40q…", r)
+	}
+	if len(r) > 2100 {
+		t.Errorf("reason is %d bytes, want it bounded", len(r))
+	}
+	// The original header map is not modified.
+	if dl.Header.Get("Nats-Msg-Id") != "orig" || len(dl.Header) != 3 {
+		t.Errorf("Message modified the original headers: %v", dl.Header)
+	}
+}

@@ -1,0 +1,440 @@
+package learner_test
+
+// Unit checks of the learner's rules: error signatures, call shapes,
+// pattern confidence, decision scoring and fix confidence. Projections are
+// applied to an in-memory events.Store, event by event, as the projector
+// does (the golden tests cover the same code against a real server).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/services/learner"
+)
+
+// mapStore is a projection's store over a map.
+type mapStore map[string]json.RawMessage
+
+func (m mapStore) Get(_ context.Context, key string, v any) (bool, error) {
+	b, ok := m[key]
+	if !ok {
+		return false, nil
+	}
+	return true, json.Unmarshal(b, v)
+}
+
+func (m mapStore) Put(_ context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	m[key] = b
+	return err
+}
+
+func (m mapStore) Delete(_ context.Context, key string) error {
+	delete(m, key)
+	return nil
+}
+
+var t0 = time.Date(2025, 3, 10, 9, 0, 0, 0, time.UTC)
+
+// apply builds an event at t0+at and applies it to s with p.
+func apply(t *testing.T, p events.Projection, s mapStore, typ events.Type, subject string, at time.Duration, data any) {
+	t.Helper()
+	ev, err := events.NewEvent(typ, subject, fmt.Sprintf("%s/%s/%d", subject, typ, len(s)), "test", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SetTime(t0.Add(at))
+	if err := p.Apply(context.Background(), s, &ev); err != nil {
+		t.Fatalf("apply %s: %v", typ, err)
+	}
+}
+
+func TestErrorSignature(t *testing.T) {
+	same := [][]string{
+		{"manifest unknown: quay.io/x:abc1234", "manifest unknown: quay.io/x:def5678"},
+		{"manifest unknown: quay.io/app-sre/backend:" + "0123456789abcdef0123456789abcdef01234567", "manifest unknown: quay.io/app-sre/backend:fedcba9876543210fedcba9876543210fedcba98"},
+		{"dial tcp 10.0.0.1:6443: connect: no route to host", "dial tcp 192.168.7.20:443: connect: no route to host"},
+		{`Error from server (NotFound): deployments.apps "api" not found`, `error from server (notfound): deployments.apps "worker-2" not found`},
+		{"error: invalid replicas 'x'", "error: invalid replicas 'twelve'"},
+		{"timeout after 30s", "  TIMEOUT   after 5s  "},
+		{"first line 1\nstack trace 0x1234", "first line 2\nanother trace"},
+	}
+	for _, c := range same {
+		a, b := learner.ErrorSignature(c[0]), learner.ErrorSignature(c[1])
+		if a != b {
+			t.Errorf("ErrorSignature(%q) = %q\nErrorSignature(%q) = %q\nwant the same", c[0], a, c[1], b)
+		}
+	}
+	for msg, want := range map[string]string{
+		"manifest unknown: quay.io/x:abc1234":                            "manifest unknown: quay.io/x:<h>",
+		`Error from server (NotFound): deployments.apps "api" not found`: "error from server (notfound): deployments.apps <q> not found",
+		"dial tcp 10.0.0.1:6443: connect: no route to host":              "dial tcp <n>.<n>.<n>.<n>:<n>: connect: no route to host",
+		"error: You must be logged in to the server (Unauthorized)":      "error: you must be logged in to the server (unauthorized)",
+	} {
+		if got := learner.ErrorSignature(msg); got != want {
+			t.Errorf("ErrorSignature(%q) = %q, want %q", msg, got, want)
+		}
+	}
+	different := [][]string{
+		{"manifest unknown: quay.io/x:abc1234", "unauthorized: quay.io/x:abc1234"},
+		{"connection refused", "connection reset by peer"},
+		{`deployments.apps "api" not found`, `services "api" not found`},
+		{"exit status 1", "exit status: permission denied"},
+	}
+	for _, c := range different {
+		if a, b := learner.ErrorSignature(c[0]), learner.ErrorSignature(c[1]); a == b {
+			t.Errorf("%q and %q share signature %q", c[0], c[1], a)
+		}
+	}
+	long := learner.ErrorSignature(strings.Repeat("word ", 100))
+	if len(long) > 160 {
+		t.Errorf("signature of a long message has %d bytes, want at most 160", len(long))
+	}
+}
+
+func TestShape(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{nil, "null"}, {true, "bool"}, {float64(3), "number"}, {7, "number"}, {json.Number("1.5"), "number"},
+		{"", "empty"}, {"12345", "digits"}, {"abc1234", "hex7"}, {"0123456789abcdef0123456789abcdef01234567", "hex40"},
+		{"ABC1234", "text"}, {"api", "text"}, {"release-1.2", "text"},
+		{[]any{1}, "list"}, {map[string]any{"a": 1}, "object"}, {struct{}{}, "other"},
+	} {
+		if got := learner.Shape(c.v); got != c.want {
+			t.Errorf("Shape(%#v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+	shapes := learner.Shapes(map[string]any{"tag": "abc1234", "replicas": float64(2)})
+	if shapes["tag"] != "hex7" || shapes["replicas"] != "number" || len(shapes) != 2 {
+		t.Errorf("Shapes = %v", shapes)
+	}
+	p := learner.Pattern{ArgShapes: map[string]string{"tag": "hex7"}}
+	if !p.Matches(map[string]any{"tag": "def5678", "other": 1}) || p.Matches(map[string]any{"tag": "def5678" + "9"}) || p.Matches(nil) {
+		t.Error("Pattern.Matches does not compare shapes")
+	}
+}
+
+func TestPatternConfidence(t *testing.T) {
+	p := learner.PatternsProjection{}
+	s := mapStore{}
+	bad := map[string]any{"tag": "abc1234"}
+	fail := events.ErrorInfo{Message: "manifest unknown: quay.io/x:abc1234", Kind: "exit"}
+	id := learner.PatternID("quay_check", learner.ErrorSignature(fail.Message), learner.Shapes(bad))
+	call := func(run string, at time.Duration, args map[string]any, failed bool) {
+		t.Helper()
+		apply(t, p, s, events.RunStepStarted, run, at, events.StepStartedData{Step: "check", Index: 0, Attempt: 1, Kind: "tool", Tool: "quay_check", Args: args})
+		if failed {
+			apply(t, p, s, events.RunStepFailed, run, at+time.Second, events.StepFailedData{Step: "check", Index: 0, Attempt: 1, Tool: "quay_check", Args: args, Error: fail})
+		} else {
+			apply(t, p, s, events.RunStepCompleted, run, at+time.Second, events.StepCompletedData{Step: "check", Index: 0, Attempt: 1})
+		}
+		if _, ok := s[fmt.Sprintf("call.%s.0", run)]; ok {
+			t.Errorf("the call's shape is kept after its result")
+		}
+	}
+	get := func() learner.Pattern {
+		t.Helper()
+		var pat learner.Pattern
+		if ok, _ := s.Get(context.Background(), id, &pat); !ok {
+			t.Fatalf("no pattern %s; store: %v", id, keys(s))
+		}
+		return pat
+	}
+	// Each recurrence raises it: new → low → medium → high.
+	stages := []struct {
+		conf   float64
+		stage  string
+		active bool
+	}{{0.2, "new", false}, {0.4, "low", false}, {0.55, "medium", false}, {0.75, "high", true}, {0.85, "high", true}, {0.85, "high", true}}
+	for i, want := range stages {
+		at := time.Duration(i) * time.Hour
+		call(fmt.Sprintf("r%d", i), at, bad, true)
+		pat := get()
+		if pat.Occurrences != i+1 || pat.Confidence != want.conf || pat.Stage != want.stage || pat.Kind != "usage" {
+			t.Errorf("after %d failures: %d occurrences, confidence %v, stage %s, kind %s; want %v %s usage", i+1, pat.Occurrences, pat.Confidence, pat.Stage, pat.Kind, want.conf, want.stage)
+		}
+		if got := pat.Active(t0.Add(at+time.Minute), 0); got != want.active {
+			t.Errorf("after %d failures: active %v, want %v (threshold %v)", i+1, got, want.active, learner.ActiveConfidence)
+		}
+	}
+	last := get()
+	if !last.LastSeen.Equal(t0.Add(5*time.Hour+time.Second)) || !last.FirstSeen.Equal(t0.Add(time.Second)) {
+		t.Errorf("first/last seen %s %s", last.FirstSeen, last.LastSeen)
+	}
+	if last.Hint == "" || last.ArgShapes["tag"] != "hex7" {
+		t.Errorf("pattern %+v", last)
+	}
+	// Quiet period: active until it has been quiet longer than the period.
+	if !last.Active(last.LastSeen.Add(learner.DefaultQuietPeriod), 0) || last.Active(last.LastSeen.Add(learner.DefaultQuietPeriod+time.Second), 0) {
+		t.Error("default quiet period is not 30 days")
+	}
+	if !last.Active(last.LastSeen.Add(time.Hour), 2*time.Hour) || last.Active(last.LastSeen.Add(3*time.Hour), 2*time.Hour) {
+		t.Error("a custom quiet period is not honoured")
+	}
+
+	// A success of another shape leaves it; one of the same shape lowers it.
+	call("ok-other-shape", 10*time.Hour, map[string]any{"tag": "0123456789abcdef0123456789abcdef01234567"}, false)
+	if pat := get(); pat.Successes != 0 || pat.Confidence != 0.85 {
+		t.Errorf("a success of another shape changed the pattern: %+v", pat)
+	}
+	for i, want := range []struct {
+		conf  float64
+		stage string
+	}{{0.7, "high"}, {0.55, "medium"}, {0.4, "low"}, {0.25, "new"}, {0.1, "new"}, {0, "new"}, {0, "new"}} {
+		call(fmt.Sprintf("ok%d", i), time.Duration(11+i)*time.Hour, map[string]any{"tag": "fedcba9"}, false)
+		pat := get()
+		if pat.Successes != i+1 || pat.Confidence != want.conf || pat.Stage != want.stage {
+			t.Errorf("after %d successes: confidence %v stage %s, want %v %s", i+1, pat.Confidence, pat.Stage, want.conf, want.stage)
+		}
+		if active := pat.Active(t0.Add(time.Duration(11+i)*time.Hour), 0); active != (want.conf >= learner.ActiveConfidence) {
+			t.Errorf("after %d successes: active %v at confidence %v", i+1, active, pat.Confidence)
+		}
+	}
+
+	// An infrastructure failure ignores the call's args and is not weakened
+	// by successes of any shape.
+	net := events.ErrorInfo{Message: "dial tcp 10.0.0.1:6443: connect: no route to host"}
+	apply(t, p, s, events.RunStepStarted, "n1", 20*time.Hour, events.StepStartedData{Step: "get", Index: 0, Attempt: 1, Kind: "tool", Tool: "kube_get_deployment", Args: map[string]any{"name": "api"}})
+	apply(t, p, s, events.RunStepFailed, "n1", 20*time.Hour, events.StepFailedData{Step: "get", Index: 0, Attempt: 1, Tool: "kube_get_deployment", Args: map[string]any{"name": "api"}, Error: net})
+	apply(t, p, s, events.RunStepStarted, "n2", 21*time.Hour, events.StepStartedData{Step: "get", Index: 0, Attempt: 1, Kind: "tool", Tool: "kube_get_deployment", Args: map[string]any{"name": "api"}})
+	apply(t, p, s, events.RunStepCompleted, "n2", 21*time.Hour, events.StepCompletedData{Step: "get", Index: 0, Attempt: 1})
+	var infra learner.Pattern
+	if ok, _ := s.Get(context.Background(), learner.PatternID("kube_get_deployment", learner.ErrorSignature(net.Message), map[string]string{}), &infra); !ok {
+		t.Fatalf("no infrastructure pattern; store: %v", keys(s))
+	}
+	if infra.Kind != "infrastructure" || len(infra.ArgShapes) != 0 || infra.Successes != 0 || infra.Confidence != 0.2 {
+		t.Errorf("infrastructure pattern %+v", infra)
+	}
+	for msg, want := range map[events.ErrorInfo]string{
+		{Message: "Unauthorized"}:                   "infrastructure",
+		{Message: "i/o timeout"}:                    "infrastructure",
+		{Message: "exit 1", Kind: "timeout"}:        "infrastructure",
+		{Message: "manifest unknown"}:               "usage",
+		{Message: `deployments.apps "x" not found`}: "usage",
+	} {
+		if got := learner.ClassifyUsage(msg); got != want {
+			t.Errorf("ClassifyUsage(%+v) = %s, want %s", msg, got, want)
+		}
+	}
+}
+
+func TestDecisionScoring(t *testing.T) {
+	p := learner.DecisionsProjection{}
+	s := mapStore{}
+	n := 0
+	decide := func(skill, step, env, choice string, outcome events.Type) {
+		t.Helper()
+		n++
+		run, cid := fmt.Sprintf("run%d", n), fmt.Sprintf("run%d-s1-a1", n)
+		at := time.Duration(n) * time.Minute
+		idx := 1
+		apply(t, p, s, events.ConfirmRequested, cid, at, events.ConfirmRequestedData{Message: "go?", Options: []events.Option{{Label: "Go", Value: "proceed"}, {Label: "No", Value: "cancel"}},
+			Requester: "heed/runner", RunID: run, Skill: skill, Step: step, Index: &idx, Context: map[string]any{"inputs": map[string]any{"environment": env}}})
+		apply(t, p, s, events.ConfirmAnswered, cid, at+time.Second, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodUser, By: "person/ana", RunID: run})
+		if outcome != "" {
+			apply(t, p, s, outcome, run, at+2*time.Second, map[string]any{})
+		}
+		if _, ok := s["run."+run]; ok && outcome != "" {
+			t.Errorf("run %s still awaits its outcome after %s", run, outcome)
+		}
+		if _, ok := s["req."+cid]; ok {
+			t.Errorf("request %s kept after its answer", cid)
+		}
+	}
+	get := func(op, scope string) learner.Decision {
+		t.Helper()
+		var d learner.Decision
+		if ok, _ := s.Get(context.Background(), learner.DecisionKey(op, scope), &d); !ok {
+			t.Fatalf("no decision %s %s; store: %v", op, scope, keys(s))
+		}
+		return d
+	}
+	// Approved and successful: a candidate once the count passes 3, with a
+	// boost of count*0.05 up to 0.3.
+	for i := 1; i <= 8; i++ {
+		decide("scale_down", "confirm_scale", "stage", "proceed", events.RunCompleted)
+		d := get("scale_down/confirm_scale", "stage")
+		wantBoost := 0.0
+		if i > 3 {
+			wantBoost = min(0.3, float64(i)*0.05)
+		}
+		if d.Count != i || d.Approved != i || d.Successes != i || d.SuccessRate != 1 || d.Candidate != (i > 3) || d.ConfidenceBoost != wantBoost {
+			t.Errorf("after %d approvals: %+v; want candidate %v, boost %v", i, d, i > 3, wantBoost)
+		}
+	}
+	if d := get("scale_down/confirm_scale", "stage"); d.ConfidenceBoost != 0.3 {
+		t.Errorf("boost %v, want the cap 0.3", d.ConfidenceBoost)
+	}
+	// The scope is the run's environment; another scope is another record.
+	decide("scale_down", "confirm_scale", "production", "proceed", events.RunCompleted)
+	if d := get("scale_down/confirm_scale", "production"); d.Count != 1 || d.Candidate {
+		t.Errorf("production: %+v", d)
+	}
+	// A success rate of exactly 0.9 is not over 0.9.
+	for i := 0; i < 9; i++ {
+		decide("release_prod", "confirm_release", "production", "proceed", events.RunCompleted)
+	}
+	decide("release_prod", "confirm_release", "production", "proceed", events.RunFailed)
+	if d := get("release_prod/confirm_release", "production"); d.Count != 10 || d.Failures != 1 || d.SuccessRate != 0.9 || d.Candidate || d.ConfidenceBoost != 0 {
+		t.Errorf("at 90%% success: %+v, want no candidate", d)
+	}
+	decide("release_prod", "confirm_release", "production", "proceed", events.RunCompleted)
+	if d := get("release_prod/confirm_release", "production"); d.SuccessRate != 0.909 || !d.Candidate || d.ConfidenceBoost != 0.3 {
+		t.Errorf("at 10/11 success: %+v, want a candidate", d)
+	}
+	// Denials count as decisions but never make a candidate for auto-approval.
+	for i := 0; i < 5; i++ {
+		decide("branch_cleanup", "confirm_delete", "", "cancel", events.RunCancelled)
+	}
+	if d := get("branch_cleanup/confirm_delete", "default"); d.Count != 5 || d.Denied != 5 || d.Approved != 0 || d.Candidate {
+		t.Errorf("always denied: %+v, want no candidate", d)
+	}
+	// Approved but no outcome yet: no success or failure counted.
+	decide("other", "ask", "", "proceed", "")
+	if d := get("other/ask", "default"); d.Successes != 0 || d.Failures != 0 || d.SuccessRate != 1 {
+		t.Errorf("no outcome yet: %+v", d)
+	}
+	if _, ok := s["run.run"+fmt.Sprint(n)]; !ok {
+		t.Error("an approved run without an outcome is not remembered")
+	}
+	if learner.DecisionKey("a/b.c", "prod env") != "op.a_b_c.prod_env" {
+		t.Errorf("DecisionKey = %s", learner.DecisionKey("a/b.c", "prod env"))
+	}
+}
+
+func TestFixConfidence(t *testing.T) {
+	p := learner.FixesProjection{}
+	s := mapStore{}
+	const id = "fix-0123456789abcdef0123"
+	learn := func(source string, conf float64) {
+		t.Helper()
+		apply(t, p, s, events.FixLearned, id, 0, events.FixLearnedData{Tool: "quay_check", ErrorPattern: "manifest unknown: <h>", Description: "use the full sha",
+			ArgsPatch: map[string]any{"tag": "{{ args.tag }}0"}, Source: source, Confidence: conf})
+	}
+	get := func() learner.Fix {
+		t.Helper()
+		var f learner.Fix
+		if ok, _ := s.Get(context.Background(), id, &f); !ok {
+			t.Fatalf("no fix %s", id)
+		}
+		return f
+	}
+	outcome := func(typ events.Type, fixID string, at time.Duration) {
+		t.Helper()
+		data := map[string]any{"step": "check", "index": 0, "attempt": 2, "fix_id": fixID}
+		if typ == events.HealHealed {
+			data["via"] = events.PlanLearnedFix
+		} else {
+			data["reason"] = "did not heal"
+		}
+		apply(t, p, s, typ, "run1", at, data)
+	}
+
+	learn(events.FixFromAgent, 0)
+	if f := get(); f.Confidence != 0.6 || f.Source != events.FixFromAgent || !f.LearnedAt.Equal(t0) || !f.Usable() {
+		t.Fatalf("an agent's fix: %+v", f)
+	}
+	// Up on a heal: c + (1-c)*0.3.
+	for i, want := range []float64{0.72, 0.804, 0.863} {
+		outcome(events.HealHealed, id, time.Duration(i+1)*time.Hour)
+		if f := get(); f.Confidence != want || f.Healed != i+1 || !f.LastUsed.Equal(t0.Add(time.Duration(i+1)*time.Hour)) {
+			t.Errorf("after %d heals: confidence %v healed %d last used %s; want %v", i+1, f.Confidence, f.Healed, f.LastUsed, want)
+		}
+	}
+	// Down on a failed heal: halved; unusable below 0.3.
+	for i, want := range []float64{0.432, 0.216} {
+		outcome(events.HealGaveUp, id, time.Duration(10+i)*time.Hour)
+		f := get()
+		if f.Confidence != want || f.Failed != i+1 {
+			t.Errorf("after %d failed heals: confidence %v failed %d; want %v", i+1, f.Confidence, f.Failed, want)
+		}
+		if f.Usable() != (want >= learner.FixMinConfidence) {
+			t.Errorf("at %v usable = %v", f.Confidence, f.Usable())
+		}
+	}
+	// Outcomes of other fixes, or of heals without a fix, change nothing.
+	before := get()
+	outcome(events.HealHealed, "", 20*time.Hour)
+	outcome(events.HealGaveUp, "fix-other", 21*time.Hour)
+	if after := get(); after.Confidence != before.Confidence || after.Healed != before.Healed || after.Failed != before.Failed {
+		t.Errorf("unrelated outcomes changed the fix: %+v → %+v", before, after)
+	}
+	if _, ok := s["fix-other"]; ok {
+		t.Error("an outcome for an unknown fix created it")
+	}
+	// A person re-teaching it resets the confidence, keeps the record.
+	learn(events.FixFromPerson, 0)
+	if f := get(); f.Confidence != 0.9 || f.Healed != 3 || f.Failed != 2 {
+		t.Errorf("re-taught by a person: %+v", f)
+	}
+	learn(events.FixFromAgent, 0.5)
+	if f := get(); f.Confidence != 0.5 {
+		t.Errorf("a stated confidence is kept: %v", f.Confidence)
+	}
+	apply(t, p, s, events.FixForgotten, id, 30*time.Hour, events.FixForgottenData{By: "person/ana"})
+	if _, ok := s[id]; ok {
+		t.Error("a forgotten fix is still there")
+	}
+}
+
+func TestStatsCounts(t *testing.T) {
+	p := learner.StatsProjection{}
+	s := mapStore{}
+	day := func(d int) time.Duration { return time.Duration(d) * 24 * time.Hour }
+	fail := func(run string, at time.Duration) {
+		apply(t, p, s, events.RunStepFailed, run, at, events.StepFailedData{Step: "x", Index: 0, Attempt: 1, Tool: "kube", Error: events.ErrorInfo{Message: "Unauthorized"}})
+	}
+	fail("a", 0)
+	apply(t, p, s, events.HealTriggered, "a", 0, events.HealTriggeredData{Step: "x", Attempt: 1, Classification: events.Classification{Kind: "auth"}, Plan: events.PlanPatternFix, HealAttempt: 1})
+	apply(t, p, s, events.HealHealed, "a", time.Minute, events.HealHealedData{Step: "x", Attempt: 2, Via: events.PlanPatternFix})
+	fail("b", day(1))
+	apply(t, p, s, events.HealTriggered, "b", day(1), events.HealTriggeredData{Step: "x", Attempt: 1, Classification: events.Classification{Kind: "unknown"}, Plan: events.PlanAgent, HealAttempt: 1})
+	apply(t, p, s, events.HealEscalated, "b", day(1), events.HealEscalatedData{Step: "x", Attempt: 1, Agent: "agent/a", Context: map[string]any{}})
+	apply(t, p, s, events.HealHealed, "b", day(1)+time.Hour, events.HealHealedData{Step: "x", Attempt: 2, Via: events.PlanAgent})
+	apply(t, p, s, events.FixLearned, "fix-1", day(1)+time.Hour, events.FixLearnedData{Tool: "kube", ErrorPattern: "x", Description: "x", Source: "agent"})
+	// A second heal of the same step is not a new failure type.
+	fail("c", day(100))
+	apply(t, p, s, events.HealTriggered, "c", day(100), events.HealTriggeredData{Step: "x", Attempt: 2, Classification: events.Classification{Kind: "auth"}, Plan: events.PlanPatternFix, HealAttempt: 2})
+	apply(t, p, s, events.HealGaveUp, "c", day(100), events.HealGaveUpData{Step: "x", Attempt: 2, Reason: "no"})
+	var st learner.FailureStats
+	if ok, _ := s.Get(context.Background(), learner.StatsKey, &st); !ok {
+		t.Fatal("no stats")
+	}
+	if st.TotalFailures != 3 || st.AutoFixed != 1 || st.AgentFixed != 1 || st.ManualRequired != 1 || st.GaveUp != 1 || st.FixesLearned != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	if st.ByType["auth"] != 1 || st.ByType["unknown"] != 1 || len(st.ByType) != 2 {
+		t.Errorf("by type %v", st.ByType)
+	}
+	if r := st.AutoHealRate(); r < 0.333 || r > 0.334 {
+		t.Errorf("auto-heal rate %v", r)
+	}
+	// Daily figures older than 90 days before the last event are dropped.
+	if _, ok := st.Daily[t0.Format("2006-01-02")]; ok {
+		t.Errorf("a day 100 days old is kept: %v", st.SortedDays())
+	}
+	if days := st.SortedDays(); len(days) != 1 || days[0] != t0.Add(day(100)).Format("2006-01-02") || st.Daily[days[0]].Total != 1 {
+		t.Errorf("daily %v", st.Daily)
+	}
+	if !st.Last.Equal(t0.Add(day(100))) {
+		t.Errorf("last %s", st.Last)
+	}
+	if len(st.Weekly) != 2 {
+		t.Errorf("weekly %v", st.Weekly)
+	}
+}
+
+func keys(s mapStore) []string {
+	var out []string
+	for k := range s {
+		out = append(out, k)
+	}
+	return out
+}
