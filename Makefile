@@ -48,6 +48,7 @@ staticcheck:
 ## fuzz: a short run of every fuzz target (seed corpus in testdata/fuzz)
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
+	$(GO) test -run='^$$' -fuzz='^FuzzFastStage$$' -fuzztime=$(FUZZTIME) ./events
 	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./services/runner/skill
 
 ## bench: throughput and latency against raw JetStream in the same run

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/big"
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -85,7 +87,7 @@ func (v *Validator) Validate(t Type, data []byte) error {
 
 // validateFull is the full path: decode with encoding/json, validate with
 // jsonschema. It decides every refusal and words every error.
-func validateFull(t Type, s *jsonschema.Schema, data []byte) error {
+func validateFull(t Type, s *jsonschema.Schema, data []byte) (err error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var doc any
@@ -95,6 +97,16 @@ func validateFull(t Type, s *jsonschema.Schema, data []byte) error {
 	if dec.More() {
 		return Errorf(CodeSchemaViolation, "%s: data has trailing content after the JSON value", t)
 	}
+	// Numbers jsonschema cannot hold (1e999999999) would make it panic or
+	// spin on big rationals: refuse them first.
+	if where := badNumber(doc, ""); where != "" {
+		return Errorf(CodeSchemaViolation, "%s: at %s: number out of range", t, where)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = Errorf(CodeSchemaViolation, "%s: data cannot be validated: %v", t, r)
+		}
+	}()
 	if err := s.Validate(doc); err != nil {
 		return &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("%s: %s", t, describe(err)), Err: err}
 	}
@@ -764,10 +776,15 @@ func (p *fastParser) number(n *fastNode) bool {
 		}
 	}
 	p.pos = i
+	// Exponents and very long numbers go to the full path, which refuses
+	// what a float64 cannot hold.
+	if hasExp || i-intStart > 64 {
+		return false
+	}
 	if !n.intOnly && len(n.bounds) == 0 {
 		return true
 	}
-	if hasExp || len(intDigits) > 18 {
+	if len(intDigits) > 18 {
 		return false
 	}
 	if n.intOnly && fracNonZero {
@@ -950,4 +967,38 @@ func compileASCIIPattern(re *regexp.Regexp) *asciiPattern {
 		}
 	}
 	return p
+}
+
+// badNumber returns the location of the first number that is not a finite
+// float64 or has more than 64 characters, or "".
+func badNumber(v any, at string) string {
+	switch x := v.(type) {
+	case json.Number:
+		if len(x) > 64 {
+			return orRoot(at)
+		}
+		if f, err := strconv.ParseFloat(string(x), 64); err != nil || math.IsInf(f, 0) {
+			return orRoot(at)
+		}
+	case map[string]any:
+		for k, e := range x {
+			if w := badNumber(e, at+"/"+k); w != "" {
+				return w
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if w := badNumber(e, at+"/"+strconv.Itoa(i)); w != "" {
+				return w
+			}
+		}
+	}
+	return ""
+}
+
+func orRoot(at string) string {
+	if at == "" {
+		return "/"
+	}
+	return at
 }

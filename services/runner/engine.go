@@ -348,8 +348,13 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				}
 				return out(), action{launch: &launch{index: i, attempt: next, step: st, args: ss.Args, delay: st.Retry.Delay(ss.Attempt), start: ev}}
 			}
-			idx := i
-			emit(events.RunFailed, "failed", events.RunFailedData{Step: st.Name, Index: &idx, Error: *ss.Error, DurationMS: msSince(r.RequestedAt)})
+			// One id per failed attempt: a retry that fails again fails the
+			// run again. A failure already in the log means the run was
+			// resumed for a retry whose new attempt is on its way.
+			idx, suffix := i, stepSuffix(i, ss.Attempt, "run-failed")
+			if !r.applied[r.ID+"/"+suffix] {
+				emit(events.RunFailed, suffix, events.RunFailedData{Step: st.Name, Index: &idx, Error: *ss.Error, DurationMS: msSince(r.RequestedAt)})
+			}
 			return out(), action{}
 		}
 	}

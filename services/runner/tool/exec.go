@@ -54,10 +54,10 @@ func runExec(ctx context.Context, s *Spec, c Call) Result {
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
-		case err = <-done:
+		case <-done:
 		case <-time.After(2 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			err = <-done
+			<-done
 		}
 		kind, what := "timeout", fmt.Sprintf("timed out after %s", s.timeout)
 		if errors.Is(ctx.Err(), context.Canceled) {
