@@ -98,6 +98,60 @@ func summarize(ev *events.Event) string {
 	case events.ConfirmExpired:
 		add("deadline ", s("deadline"))
 		add("default ", s("default"))
+	case events.ConfirmDelegated:
+		add("to ", s("agent"))
+		add("run ", s("run_id"))
+	case events.RunWarning:
+		add("", s("step"))
+		add("", s("message"))
+	case events.HealTriggered:
+		add("", s("step"))
+		add("#", s("attempt"))
+		if c, ok := d["classification"].(map[string]any); ok {
+			add("class ", fmt.Sprint(c["kind"]))
+		}
+		add("plan ", s("plan"))
+		if f, ok := d["fix"].(map[string]any); ok {
+			if f["tool"] != nil {
+				add("fix ", fmt.Sprint(f["tool"]))
+			}
+			if f["fix_id"] != nil {
+				add("learned ", fmt.Sprint(f["fix_id"]))
+			}
+		}
+	case events.HealFixApplied:
+		add("", s("step"))
+		if f, ok := d["fix"].(map[string]any); ok && f["tool"] != nil {
+			add("ran ", fmt.Sprint(f["tool"]))
+		}
+		add("ok ", s("ok"))
+	case events.HealRetried:
+		add("", s("step"))
+		add("→ attempt ", s("next_attempt"))
+		add("args ", truncate(s("args"), 100))
+	case events.HealHealed:
+		add("", s("step"))
+		add("#", s("attempt"))
+		add("via ", s("via"))
+	case events.HealGaveUp:
+		add("", s("step"))
+		add("", s("reason"))
+	case events.HealEscalated:
+		add("", s("step"))
+		add("to ", s("agent"))
+	case events.PrefSet:
+		add("", s("scope"))
+		add("", s("skill"))
+		add("", s("step"))
+		add("→ ", s("choice"))
+		add("by ", s("by"))
+	case events.PrefForgotten, events.FixForgotten:
+		add("by ", s("by"))
+	case events.FixLearned:
+		add("", s("tool"))
+		add("", s("error_pattern"))
+		add("→ ", s("description"))
+		add("from ", s("source"))
 	default:
 		return compact(ev.Data(), 160)
 	}
