@@ -8,6 +8,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/service"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
 // client is the CLI's connection to a running heed.
@@ -40,3 +41,16 @@ func (g *globals) connect(ctx context.Context) (*client, error) {
 }
 
 func (c *client) close() { _ = c.nc.Drain() }
+
+// withClient wraps a command body that talks to a running heed: it
+// connects first and closes the connection after.
+func (g *globals) withClient(f func(cmd *cobra.Command, args []string, c *client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.connect(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		return f(cmd, args, c)
+	}
+}

@@ -26,12 +26,7 @@ func newContinueCmd(g *globals) *cobra.Command {
 		Use:   "continue RUN-ID --choice VALUE",
 		Short: "Continue a paused run: answer its confirmation (as its agent) or resume it",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if by == "" {
 				by = whoami()
 			}
@@ -41,7 +36,7 @@ func newContinueCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s continues (%s)\n", reply.RunID, choice)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&choice, "choice", "", "the option value to continue with")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
@@ -86,19 +81,14 @@ func newCancelCmd(g *globals) *cobra.Command {
 		Use:   "cancel RUN-ID",
 		Short: "Cancel a run (a running tool is stopped)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			var reply runner.Reply
 			if err := c.request(cmd.Context(), runner.SubjectCancel, runner.CancelRequest{RunID: args[0], Reason: reason, By: whoami()}, &reply); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled\n", reply.RunID)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
@@ -141,12 +131,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 		Use:   "runs",
 		Short: "List recent runs and their state",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			entries, err := indexEntries(cmd, c, "run")
 			if err != nil {
 				return err
@@ -174,7 +159,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(out, "(no runs)")
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many")
 	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (running, paused, completed, failed, cancelled)")
@@ -240,12 +225,7 @@ unless --yes answers with the proceed option.`,
 		Use:   "answer CONFIRM-ID CHOICE",
 		Short: "Answer a confirmation (the first answer wins; later ones are refused)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if by == "" {
 				by = whoami()
 			}
@@ -255,7 +235,7 @@ unless --yes answers with the proceed option.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "answered %s: %s\n", st.ID, args[1])
 			return nil
-		},
+		}),
 	}
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
@@ -263,30 +243,20 @@ unless --yes answers with the proceed option.`,
 		Use:   "show CONFIRM-ID",
 		Short: "Show a confirmation: the question, its options and its answer",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			st, err := confirm.Load(cmd.Context(), c.bus, args[0])
 			if err != nil {
 				return err
 			}
 			printConfirm(cmd.OutOrStdout(), st)
 			return nil
-		},
+		}),
 	}
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List confirmations waiting for an answer",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			entries, err := indexEntries(cmd, c, "confirm")
 			if err != nil {
 				return err
@@ -304,7 +274,7 @@ unless --yes answers with the proceed option.`,
 				fmt.Fprintln(out, "(nothing waiting)")
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(answer, show, list)
 	return cmd

@@ -47,12 +47,7 @@ func newFixesCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List learned fixes with their confidence",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			var fixes []learner.Fix
 			if err := bucketValues(cmd, c, learner.FixesBucket, func(_ string, v json.RawMessage) {
 				var f learner.Fix
@@ -81,7 +76,7 @@ func newFixesCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "%-26s %-18s %-36s %-6.2f %-6d %s (%s %s)\n", f.ID, truncate(f.Tool, 18), truncate(pattern, 36), f.Confidence, f.Healed, f.Description, f.Source, f.By)
 			}
 			return nil
-		},
+		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 
@@ -198,12 +193,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 		Use:   "stats",
 		Short: "Auto-heal rate, failures by type, fixes learned, patterns active, decisions, and the trend",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			var rep statsReport
 			var st learner.FailureStats
 			if err := bucketValues(cmd, c, learner.StatsBucket, func(k string, v json.RawMessage) {
@@ -285,7 +275,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
