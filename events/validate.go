@@ -560,24 +560,36 @@ func (p *fastParser) object(n *fastNode) bool {
 			if !p.value(child) {
 				return false
 			}
-			p.skipSpace()
-			if p.pos >= len(p.data) {
+			more, ok := p.separator('}')
+			if !ok {
 				return false
 			}
-			if p.data[p.pos] == ',' {
-				p.pos++
-				p.skipSpace()
-				continue
+			if !more {
+				break
 			}
-			if p.data[p.pos] != '}' {
-				return false
-			}
-			p.pos++
-			break
 		}
 	}
 	p.depth--
 	return seen&n.required == n.required
+}
+
+// separator reads what follows a member or element: ',' (more follow) or
+// the closer (the container ends). Anything else is not accepted.
+func (p *fastParser) separator(closer byte) (more, ok bool) {
+	p.skipSpace()
+	if p.pos >= len(p.data) {
+		return false, false
+	}
+	switch p.data[p.pos] {
+	case ',':
+		p.pos++
+		p.skipSpace()
+		return true, true
+	case closer:
+		p.pos++
+		return false, true
+	}
+	return false, false
 }
 
 func (p *fastParser) array(n *fastNode) bool {
@@ -595,20 +607,13 @@ func (p *fastParser) array(n *fastNode) bool {
 				return false
 			}
 			count++
-			p.skipSpace()
-			if p.pos >= len(p.data) {
+			more, ok := p.separator(']')
+			if !ok {
 				return false
 			}
-			if p.data[p.pos] == ',' {
-				p.pos++
-				p.skipSpace()
-				continue
+			if !more {
+				break
 			}
-			if p.data[p.pos] != ']' {
-				return false
-			}
-			p.pos++
-			break
 		}
 	}
 	p.depth--
