@@ -139,26 +139,27 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 	return nil
 }
 
-// Schedule stores ev in the log now as a server-side message schedule on
-// scheduleSubject; at time at the server publishes ev to its own subject.
-// The deadline lives in the stream, so it survives every process restart and
-// costs no goroutine. A later Schedule on the same subject replaces it.
-func (b *Bus) Schedule(ctx context.Context, ev *Event, scheduleSubject string, at time.Time, opts ...PublishOption) (*jetstream.PubAck, error) {
-	msg, err := b.codec.Encode(ev)
-	if err != nil {
-		return nil, err
+// ScheduleAt stores a server-side message schedule on subject: at time at,
+// the server itself stores a copy of header and body on target (without
+// the schedule's Nats-* headers), even if no heed process is running then.
+// The deadline lives in the stream, so it survives every restart and costs
+// no goroutine. A later schedule on the same subject replaces it; a
+// PurgeSchedule on a write cancels it. Schedules are not events: heed's own
+// carry no CloudEvents headers, so no CloudEvents reader mistakes them for
+// one.
+func (b *Bus) ScheduleAt(ctx context.Context, subject, target string, at time.Time, header nats.Header, body []byte, opts ...PublishOption) (*jetstream.PubAck, error) {
+	msg := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: body}
+	for k, v := range header {
+		msg.Header[k] = v
 	}
 	for _, o := range opts {
 		o.apply(msg)
 	}
-	target := msg.Subject
-	msg.Subject = scheduleSubject
 	msg.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set("Nats-Schedule-Target", target)
-	msg.Header.Set(HeaderMsgID, "sched:"+ev.ID())
 	ack, err := b.js.PublishMsg(ctx, msg)
 	if err != nil {
-		return nil, classifyPublishError(scheduleSubject, err)
+		return nil, classifyPublishError(subject, err)
 	}
 	return ack, nil
 }

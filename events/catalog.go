@@ -45,6 +45,7 @@ const (
 	ConfirmAnswered  Type = "heed.confirm.answered"
 	ConfirmExpired   Type = "heed.confirm.expired"
 	ConfirmDelegated Type = "heed.confirm.delegated"
+	ConfirmRefused   Type = "heed.confirm.refused"
 )
 
 // Preference events: one aggregate per remembered choice, subject
@@ -87,8 +88,9 @@ var catalog = []TypeInfo{
 	{FixLearned, []string{"healer", "cli"}, []string{"learner", "indexer"}, "a fix for a tool failure was learned (from an agent) or taught (by a person)"},
 	{FixForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a learned fix was revoked"},
 	{ConfirmRequested, []string{"runner", "confirm-router", "agent"}, []string{"confirm-router", "channels", "indexer"}, "a question with options awaits an answer"},
-	{ConfirmAnswered, []string{"confirm-router", "cli", "channels", "agent"}, []string{"runner", "confirm-router", "indexer"}, "the one answer to a confirmation"},
-	{ConfirmExpired, []string{"nats-server (schedule set by confirm-router)"}, []string{"confirm-router", "indexer"}, "a confirmation reached its deadline"},
+	{ConfirmAnswered, []string{"confirm-router", "runner", "agent"}, []string{"runner", "confirm-router", "learner", "indexer"}, "an answer to a confirmation; the first valid one in log order takes effect"},
+	{ConfirmExpired, []string{"confirm-router (when the deadline's schedule fires)", "agent"}, []string{"confirm-router", "runner", "indexer"}, "a confirmation reached its deadline"},
+	{ConfirmRefused, []string{"confirm-router"}, []string{"indexer", "channels", "agents"}, "an answer did not take effect: why, and which answer did"},
 	{ConfirmDelegated, []string{"confirm-router"}, []string{"agents", "indexer"}, "a confirmation was handed to the run's agent (ai_assist)"},
 	{PrefSet, []string{"confirm-router"}, []string{"learner", "indexer"}, "a choice was remembered (always for this skill step or error)"},
 	{PrefForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a remembered choice was revoked"},

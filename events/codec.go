@@ -13,11 +13,15 @@ import (
 
 // Wire format: the CloudEvents NATS protocol binding, binary content mode.
 // Attributes travel as message headers named "ce-<attribute>" with values
-// percent-encoded as the binding requires; data is the JSON payload;
-// datacontenttype is the Content-Type header. Nats-Msg-Id carries the event
-// id, so JetStream drops a republished event inside the duplicate window.
-// Structured mode (Content-Type: application/cloudevents+json) is accepted on
-// consume so that any CloudEvents library can publish to heed.
+// percent-encoded as the binding requires; datacontenttype too is an
+// attribute like any other (ce-datacontenttype), which is how the binding
+// and sdk-go's NATS and JetStream protocols read it; data is the JSON
+// payload. Content-Type is left to say that a message is in structured
+// mode. Nats-Msg-Id carries the event id, so JetStream drops a republished
+// event inside the duplicate window. Structured mode (Content-Type:
+// application/cloudevents+json) is accepted on consume so that any
+// CloudEvents library can publish to heed, and so is a binary-mode
+// Content-Type: application/json from producers that predate this rule.
 const (
 	HeaderPrefix          = "ce-"
 	HeaderContentType     = "Content-Type"
@@ -187,10 +191,7 @@ func encode(ev *Event, a *attributes) (*nats.Msg, error) {
 		}
 		set(HeaderPrefix+name, s)
 	}
-	if ct := ev.DataContentType(); ct != "" {
-		vals = append(vals, ct)
-		h[HeaderContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
+	set(headerDataContentType, ev.DataContentType())
 	vals = append(vals, a.id)
 	h[HeaderMsgID] = vals[len(vals)-1 : len(vals) : len(vals)]
 	// Type(a.typ).Subject(a.subject) is SubjectOf(ev).
@@ -207,6 +208,8 @@ const (
 	headerSubject     = HeaderPrefix + "subject"
 	headerTime        = HeaderPrefix + "time"
 	headerDataSchema  = HeaderPrefix + "dataschema"
+
+	headerDataContentType = HeaderPrefix + "datacontenttype"
 )
 
 // Decode turns a message into a validated event. Every failure is an *Error
@@ -267,7 +270,7 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		return nil, Errorf(CodeUndecodable, "no CloudEvents headers: expected binary mode (ce-specversion, ce-id, ce-source, ce-type, ce-subject headers) or Content-Type %s", ContentTypeStructured)
 	}
 	ev := event.New()
-	var seenSpec bool
+	var seenSpec, seenContentType bool
 	for name, values := range msg.Header {
 		lower := strings.ToLower(name)
 		attr, ok := strings.CutPrefix(lower, HeaderPrefix)
@@ -301,6 +304,7 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		case "dataschema":
 			ev.SetDataSchema(value)
 		case "datacontenttype":
+			seenContentType = true
 			ev.SetDataContentType(value)
 		default:
 			if !validExtensionName(attr) {
@@ -312,7 +316,7 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 	if !seenSpec {
 		return nil, Errorf(CodeUndecodable, "no ce-specversion header: not a binary-mode CloudEvent, and Content-Type %q is not %s", ct, ContentTypeStructured)
 	}
-	if ct != "" {
+	if ct != "" && !seenContentType {
 		ev.SetDataContentType(ct)
 	}
 	if len(msg.Data) > 0 {

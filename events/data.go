@@ -198,6 +198,30 @@ type ConfirmAnsweredData struct {
 	DurationMS  float64 `json:"duration_ms,omitempty"`
 }
 
+// AnswerRef names an answer: the one that took effect, in a refusal.
+type AnswerRef struct {
+	EventID string    `json:"event_id"`
+	Choice  string    `json:"choice"`
+	Method  string    `json:"method"`
+	By      string    `json:"by"`
+	Channel string    `json:"channel,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// ConfirmRefusedData is heed.confirm.refused: an answer that did not take
+// effect, why (code and reason), and the answer that did.
+type ConfirmRefusedData struct {
+	AnswerID  string     `json:"answer_id"`
+	AnswerSeq uint64     `json:"answer_seq"`
+	Choice    string     `json:"choice"`
+	Method    string     `json:"method"`
+	By        string     `json:"by"`
+	Channel   string     `json:"channel,omitempty"`
+	Code      string     `json:"code"`
+	Reason    string     `json:"reason"`
+	Winner    *AnswerRef `json:"winner,omitempty"`
+}
+
 // ConfirmExpiredData is heed.confirm.expired.
 type ConfirmExpiredData struct {
 	Deadline time.Time `json:"deadline"`

@@ -32,7 +32,8 @@ import (
 // are those of the full path; the fast stage only saves its cost on valid
 // events, which are nearly all of them.
 type Validator struct {
-	byType map[Type]*jsonschema.Schema
+	commands map[string]*jsonschema.Schema
+	byType   map[Type]*jsonschema.Schema
 	fast   map[Type]*fastNode // nil entry: the schema uses a feature the fast stage does not handle
 }
 
@@ -56,7 +57,14 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load schemas: %w", err)
 	}
-	v := &Validator{byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*fastNode)}
+	v := &Validator{commands: map[string]*jsonschema.Schema{}, byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*fastNode)}
+	for _, subject := range schemas.Commands() {
+		s, err := c.Compile(schemas.BaseURL + schemas.CommandSchemaPath(subject))
+		if err != nil {
+			return nil, fmt.Errorf("compile schema for %s: %w", subject, err)
+		}
+		v.commands[subject] = s
+	}
 	for _, info := range catalog {
 		s, err := c.Compile(schemas.BaseURL + schemas.EventSchemaPath(string(info.Type)))
 		if err != nil {
@@ -83,6 +91,24 @@ func (v *Validator) Validate(t Type, data []byte) error {
 		return nil
 	}
 	return validateFull(t, s, data)
+}
+
+// ValidateCommand checks a command request (JSON) against the schema of
+// its subject. A failure is an *Error with code invalid_request.
+func (v *Validator) ValidateCommand(subject string, body []byte) error {
+	s, ok := v.commands[subject]
+	if !ok {
+		return Errorf(CodeInvalidRequest, "no schema for command %s", subject)
+	}
+	if len(body) == 0 {
+		return Errorf(CodeInvalidRequest, "%s: the request is empty; send a JSON object (schemas/commands/%s.json)", subject, subject)
+	}
+	err := validateFull(Type(subject), s, body)
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Code: CodeInvalidRequest, Message: e.Message, Err: e.Err}
+	}
+	return err
 }
 
 // validateFull is the full path: decode with encoding/json, validate with

@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-//go:embed defs.json events/*.json
+//go:embed defs.json events/*.json commands/*.json
 var files embed.FS
 
 // BaseURL prefixes every schema's $id, so that $ref between files resolves
@@ -30,6 +30,17 @@ func EventTypes() []string {
 // EventSchemaPath is the path inside FS of the schema for an event type.
 func EventSchemaPath(eventType string) string {
 	return path.Join("events", eventType+".json")
+}
+
+// Commands lists the command subjects that have a schema, sorted.
+func Commands() []string {
+	return names("commands")
+}
+
+// CommandSchemaPath is the path inside FS of the schema for a command
+// subject (heed.cmd.run.start).
+func CommandSchemaPath(subject string) string {
+	return path.Join("commands", subject+".json")
 }
 
 func names(dir string) []string {

@@ -2,53 +2,31 @@ package confirm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 )
 
-// SubjectRequest is the router's command for a validated confirmation
-// request from any agent: nothing is written unless the request is valid.
-const SubjectRequest = events.CommandPrefix + ".confirm.request"
+// commandTimeout bounds one command's work.
+const commandTimeout = 10 * time.Second
 
-// Request is a direct confirmation request. ID is optional: an agent that
-// chooses its own id can subscribe to heed.confirm.<id>.answered first and
-// never miss the answer.
-type Request struct {
-	ID string `json:"id,omitempty"`
-	events.ConfirmRequestedData
-}
-
-// RequestReply says where the answer will appear.
-type RequestReply struct {
-	ID            string    `json:"id"`
-	Deadline      time.Time `json:"deadline"`
-	AnswerSubject string    `json:"answer_subject"`
-}
-
-func (r *router) requestCommand(req micro.Request) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := r.request(ctx, req.Data())
-	if err != nil {
-		_ = req.Error(string(events.CodeOf(err)), err.Error(), []byte(err.Error()))
-		return
+func (r *router) registerCommands(svc micro.Service) error {
+	v := r.bus.Codec().Validator()
+	if err := svc.AddEndpoint("request", command.Handler(v, command.ConfirmRequest, commandTimeout, r.request), micro.WithEndpointSubject(command.ConfirmRequest)); err != nil {
+		return err
 	}
-	_ = req.RespondJSON(out)
+	return svc.AddEndpoint("answer", command.Handler(v, command.ConfirmAnswer, commandTimeout, r.answerCommand), micro.WithEndpointSubject(command.ConfirmAnswer))
 }
 
-func (r *router) request(ctx context.Context, body []byte) (*RequestReply, error) {
-	var in Request
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return nil, events.Errorf(events.CodeInvalidRequest, "request is not valid JSON for a confirmation: %v", err)
-	}
+// request writes a validated confirmation request from any agent: nothing
+// is written unless the request can be offered.
+func (r *router) request(ctx context.Context, in *command.RequestConfirmation) (any, error) {
 	if in.ID == "" {
 		in.ID = "c" + strings.ToLower(ulid.Make().String())
 	}
@@ -58,15 +36,15 @@ func (r *router) request(ctx context.Context, body []byte) (*RequestReply, error
 	if in.Requester == "" {
 		in.Requester = "agent"
 	}
-	if problem := Validate(&in.ConfirmRequestedData, MaxMessageBytes); problem != "" {
+	if problem := confirmation.Validate(&in.ConfirmRequestedData); problem != "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%s", problem)
 	}
 	ev, err := events.NewEvent(events.ConfirmRequested, in.ID, in.ID+"/requested", in.Requester, in.ConfirmRequestedData)
 	if err != nil {
 		return nil, err
 	}
-	// What the event contract refuses (a negative timeout, a bad skill
-	// name, too many options) is the requester's mistake too.
+	// What the event contract refuses (a bad source, a bad skill name) is
+	// the requester's mistake too.
 	if err := r.bus.Codec().Check(&ev); err != nil {
 		msg := err.Error()
 		var e *events.Error
@@ -75,12 +53,54 @@ func (r *router) request(ctx context.Context, body []byte) (*RequestReply, error
 		}
 		return nil, events.Errorf(events.CodeInvalidRequest, "%s", msg)
 	}
-	// Expect no earlier event: an id is used once.
+	// Expect no earlier message: an id is used once.
 	if _, err := r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", in.ID), Seq: 0}); err != nil {
 		if events.CodeOf(err) == events.CodeConflict {
 			return nil, events.Errorf(events.CodeConflict, "confirmation %s already exists", in.ID)
 		}
 		return nil, err
 	}
-	return &RequestReply{ID: in.ID, Deadline: r.cfg.Deadline(ev.Time(), in.TimeoutS), AnswerSubject: events.ConfirmAnswered.Subject(in.ID)}, nil
+	return command.ConfirmationReply{ID: in.ID, Deadline: r.cfg.Deadline(ev.Time(), in.TimeoutS), AnswerSubject: events.ConfirmAnswered.Subject(in.ID)}, nil
 }
+
+// answerCommand records a person's answer: method user, with who answered
+// and where. It is written only if it is the first valid answer; a late
+// one gets conflict naming the answer that took effect.
+func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmation) (any, error) {
+	channel := in.Channel
+	if channel == "" {
+		channel = "api"
+	}
+	st, err := confirmation.Answer(ctx, r.bus, Source, in.ID, events.ConfirmAnsweredData{
+		Choice: in.Choice, Method: events.MethodUser, By: in.By, Channel: channel, Reason: in.Reason, Remember: in.Remember,
+	})
+	if err != nil {
+		if events.CodeOf(err) == events.CodeNotFound {
+			return nil, events.Errorf(events.CodeNotFound, "no confirmation %q (heed confirm list shows the open ones)", in.ID)
+		}
+		return nil, err
+	}
+	var seq uint64
+	for _, a := range st.Answers {
+		if a.EventID == st.AnswerID {
+			seq = a.Seq
+		}
+	}
+	a := st.Answer
+	return command.AnswerReply{ID: in.ID, EventID: st.AnswerID, Seq: seq, Choice: a.Choice, Method: a.Method, By: a.By, Channel: a.Channel, RunID: a.RunID, At: st.AnsweredAt.UTC()}, nil
+}
+
+// deadlineBody is the plain JSON a deadline's schedule carries (and its
+// fired copy): it is not an event, and says so in its header.
+type deadlineBody struct {
+	ConfirmID string    `json:"confirm_id"`
+	Deadline  time.Time `json:"deadline"`
+	Default   string    `json:"default"`
+	RunID     string    `json:"run_id,omitempty"`
+}
+
+// Headers of a deadline's schedule message.
+const (
+	HeaderSchedule = "Heed-Schedule" // what the schedule is: confirm-deadline
+	scheduleKind   = "confirm-deadline"
+)

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
-	"github.com/heedhq/heed/services/learner"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -59,11 +59,15 @@ func (c Config) Deadline(t time.Time, timeoutS float64) time.Time {
 // ConsumerName is the router's durable consumer.
 const ConsumerName = "confirm-router"
 
+// DeadlineConsumerName is the router's durable consumer of fired deadlines.
+const DeadlineConsumerName = "confirm-router-deadlines"
+
 type router struct {
-	cfg   Config
-	bus   *events.Bus
-	log   *slog.Logger
-	prefs jetstream.KeyValue
+	cfg    Config
+	bus    *events.Bus
+	log    *slog.Logger
+	prefs  jetstream.KeyValue
+	stream jetstream.Stream
 }
 
 // Run runs the router until ctx is done, then drains.
@@ -77,27 +81,31 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		cfg.Rules = rules
 		rt.Log.Info("confirmation rules loaded", "file", cfg.RulesFile, "rules", len(rules.List))
 	}
-	for _, b := range learner.Buckets() {
+	for _, b := range readmodel.Specs(readmodel.PrefsBucket) {
 		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
 			return err
 		}
 	}
-	prefs, err := rt.Bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+	prefs, err := rt.Bus.JetStream().KeyValue(ctx, readmodel.PrefsBucket)
 	if err != nil {
 		return fmt.Errorf("preferences bucket: %w", err)
 	}
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs}
-	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests"})
+	stream, err := rt.Bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		return fmt.Errorf("event stream: %w", err)
+	}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream}
+	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
-	if err := svc.AddEndpoint("request", micro.HandlerFunc(r.requestCommand), micro.WithEndpointSubject(SubjectRequest)); err != nil {
+	if err := r.registerCommands(svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
-		Description: "confirm router: answers confirmations in layers and enforces deadlines",
+		Description: "confirm router: answers confirmations in layers, judges every answer, enforces deadlines",
 		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
@@ -105,10 +113,16 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	deadlines, err := r.consumeDeadlines(ctx)
+	if err != nil {
+		cons.Stop(ctx)
+		return err
+	}
 	rt.AddCheck("router", func() any { return cons.Stats() })
 	<-ctx.Done()
 	dctx, cancel := service.DrainContext()
 	defer cancel()
+	deadlines.Drain()
 	cons.Stop(dctx)
 	return nil
 }
@@ -125,7 +139,7 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	case events.ConfirmExpired:
 		return nil, r.expire(ctx, id, d)
 	case events.ConfirmAnswered:
-		return r.remember(ctx, id, d)
+		return r.judge(ctx, id, d)
 	}
 	return nil, nil
 }
@@ -135,13 +149,13 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 // (ai_assist), and otherwise people on every channel until the deadline,
 // which the stream itself holds.
 func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *events.ConfirmRequestedData) error {
-	if problem := Validate(req, MaxMessageBytes); problem != "" {
+	if problem := confirmation.Validate(req); problem != "" {
 		// Nothing can be offered: answer it as an error with the safest
 		// choice so whoever waits is not left hanging.
-		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: SafeChoice(req), Method: events.MethodError, By: Source, Reason: "invalid request: " + problem}, "error")
+		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: confirmation.SafeChoice(req), Method: events.MethodError, By: Source, Reason: "invalid request: " + problem}, "error")
 	}
 	if req.Yes {
-		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: ProceedChoice(req), Method: events.MethodOverride, By: Source, Reason: "--yes override"}, "override")
+		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: confirmation.ProceedChoice(req), Method: events.MethodOverride, By: Source, Reason: "--yes override"}, "override")
 	}
 	rule, err := r.cfg.Rules.Match(req)
 	if err != nil {
@@ -150,7 +164,7 @@ func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *
 	if rule != nil && !rule.Ask {
 		choice := rule.Answer
 		if choice == "proceed" && !hasOption(req, "proceed") {
-			choice = ProceedChoice(req)
+			choice = confirmation.ProceedChoice(req)
 		}
 		if hasOption(req, choice) {
 			return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodMemory, By: Source, Reason: "rule: " + rule.Name}, "rule")
@@ -168,7 +182,7 @@ func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *
 	if req.AIAssist && req.Agent != "" {
 		del, err := events.NewEvent(events.ConfirmDelegated, id, id+"/delegated", Source, events.ConfirmDelegatedData{
 			Agent: req.Agent, RunID: req.RunID, Skill: req.Skill, Step: req.Step, Message: req.Message, Options: req.Options,
-			Default: DefaultChoice(req), Deadline: deadline.UTC(), Context: req.Context,
+			Default: confirmation.DefaultChoice(req), Deadline: deadline.UTC(), Context: req.Context,
 			Question: "Review the context and answer with `heed continue " + req.RunID + " --choice <value> --reason <why>`.",
 		})
 		if err != nil {
@@ -184,20 +198,21 @@ func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *
 // pending deadlines cost no goroutine. It is written only if nothing was
 // appended to the confirmation since the request (an early answer).
 func (r *router) scheduleDeadline(ctx context.Context, id string, seq uint64, req *events.ConfirmRequestedData, deadline time.Time, extra []events.Event) error {
-	exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: deadline.UTC(), Default: DefaultChoice(req), RunID: req.RunID})
+	body, err := json.Marshal(deadlineBody{ConfirmID: id, Deadline: deadline.UTC(), Default: confirmation.DefaultChoice(req), RunID: req.RunID})
 	if err != nil {
 		return err
 	}
+	header := nats.Header{HeaderSchedule: {scheduleKind}, events.HeaderMsgID: {"sched:" + id}, "Content-Type": {events.ContentTypeJSON}}
 	for attempt := 0; attempt < 5; attempt++ {
-		ack, err := r.bus.Schedule(ctx, &exp, ScheduleSubject(id), deadline, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq})
+		_, err := r.bus.ScheduleAt(ctx, confirmation.ScheduleSubject(id), confirmation.FiredSubject(id), deadline, header, body,
+			events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq})
 		if err == nil {
-			_ = ack
 			return r.bus.PublishAll(ctx, extra)
 		}
 		if !errors.Is(err, events.ErrConflict) {
 			return err
 		}
-		st, lerr := Load(ctx, r.bus, id)
+		st, lerr := confirmation.Load(ctx, r.bus, id)
 		if lerr != nil {
 			return lerr
 		}
@@ -210,11 +225,11 @@ func (r *router) scheduleDeadline(ctx context.Context, id string, seq uint64, re
 }
 
 // preference looks up a remembered choice for the request.
-func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedData) (learner.Pref, bool) {
+func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedData) (readmodel.Pref, bool) {
 	var ids []string
 	if tool, _ := req.Context["tool"].(string); tool != "" {
 		if msg, _ := req.Context["error"].(string); msg != "" {
-			ids = append(ids, events.PrefID(events.ScopeError, tool, learner.ErrorSignature(msg)))
+			ids = append(ids, events.PrefID(events.ScopeError, tool, events.ErrorSignature(msg)))
 		}
 	}
 	if req.Skill != "" && req.Step != "" {
@@ -225,30 +240,54 @@ func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedDat
 		if err != nil {
 			continue
 		}
-		if p, ok := learner.ReadPref(e.Value()); ok {
+		var p readmodel.Pref
+		if readmodel.Decode(e.Value(), &p) {
 			return p, true
 		}
 	}
-	return learner.Pref{}, false
+	return readmodel.Pref{}, false
+}
+
+// judge applies the rule every reader applies to an answer (the first
+// valid one in log order takes effect) and acts on the verdict: a refused
+// answer gets a heed.confirm.refused event naming why and the winner; the
+// answer that took effect cancels the deadline (a direct publish does not
+// carry the purge that heed's own writers send) and, if it asked to be
+// remembered, becomes a preference.
+func (r *router) judge(ctx context.Context, id string, d *events.Delivery) ([]events.Event, error) {
+	st, err := confirmation.Load(ctx, r.bus, id)
+	if err != nil && events.CodeOf(err) != events.CodeNotFound {
+		return nil, err
+	}
+	a, ok := st.AnswerAt(d.Seq)
+	if !ok {
+		return nil, nil // not in the log as read: nothing to judge
+	}
+	if a.Refusal != nil {
+		if st.Reported[a.EventID] {
+			return nil, nil
+		}
+		ev, err := confirmation.RefusedEvent(id, Source, a)
+		if err != nil {
+			return nil, err
+		}
+		r.log.Info("answer refused", "confirm", id, "answer", a.EventID, "by", a.Data.By, "code", a.Refusal.Code, "reason", a.Refusal.Reason)
+		return []events.Event{ev}, nil
+	}
+	if err := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(id))); err != nil {
+		return nil, fmt.Errorf("purge the deadline of %s: %w", id, err)
+	}
+	return r.remember(id, d.Event.ID(), st.Request, &a.Data)
 }
 
 // remember turns an answer that asked to be remembered into a preference
 // event (or revokes one for "ask again").
-func (r *router) remember(ctx context.Context, id string, d *events.Delivery) ([]events.Event, error) {
-	var a events.ConfirmAnsweredData
-	if err := json.Unmarshal(d.Event.Data(), &a); err != nil {
-		return nil, events.Poison(err)
-	}
+func (r *router) remember(id, answerID string, req *events.ConfirmRequestedData, a *events.ConfirmAnsweredData) ([]events.Event, error) {
 	if a.Remember == "" {
 		return nil, nil
 	}
-	st, err := Load(ctx, r.bus, id)
-	if err != nil {
-		return nil, err
-	}
-	req := st.Request
 	var prefID string
-	set := events.PrefSetData{Choice: a.Choice, By: a.By, LearnedFrom: d.Event.ID(), ConfirmID: id}
+	set := events.PrefSetData{Choice: a.Choice, By: a.By, LearnedFrom: answerID, ConfirmID: id}
 	switch a.Remember {
 	case "skill_step", "ask_again":
 		if req.Skill == "" || req.Step == "" {
@@ -262,17 +301,17 @@ func (r *router) remember(ctx context.Context, id string, d *events.Delivery) ([
 		if tool == "" || msg == "" {
 			return nil, nil
 		}
-		prefID = events.PrefID(events.ScopeError, tool, learner.ErrorSignature(msg))
-		set.Scope, set.Tool, set.ErrorPattern = events.ScopeError, tool, learner.ErrorSignature(msg)
+		prefID = events.PrefID(events.ScopeError, tool, events.ErrorSignature(msg))
+		set.Scope, set.Tool, set.ErrorPattern = events.ScopeError, tool, events.ErrorSignature(msg)
 	}
 	if a.Remember == "ask_again" {
-		ev, err := events.NewEvent(events.PrefForgotten, prefID, d.Event.ID()+"/forget", Source, events.PrefForgottenData{By: a.By, Reason: "ask again (answer " + d.Event.ID() + ")"})
+		ev, err := events.NewEvent(events.PrefForgotten, prefID, answerID+"/forget", Source, events.PrefForgottenData{By: a.By, Reason: "ask again (answer " + answerID + ")"})
 		if err != nil {
 			return nil, err
 		}
 		return []events.Event{ev}, nil
 	}
-	ev, err := events.NewEvent(events.PrefSet, prefID, d.Event.ID()+"/pref", Source, set)
+	ev, err := events.NewEvent(events.PrefSet, prefID, answerID+"/pref", Source, set)
 	if err != nil {
 		return nil, err
 	}
@@ -288,139 +327,43 @@ func hasOption(req *events.ConfirmRequestedData, v string) bool {
 	return false
 }
 
-// expire answers with the default when the deadline fired first.
+// expire answers with the default when the deadline came first.
 func (r *router) expire(ctx context.Context, id string, d *events.Delivery) error {
-	var exp events.ConfirmExpiredData
-	if err := json.Unmarshal(d.Event.Data(), &exp); err != nil {
-		return events.Poison(err)
+	st, err := confirmation.Load(ctx, r.bus, id)
+	if err != nil {
+		if events.CodeOf(err) == events.CodeNotFound {
+			return nil // an expiry without a question: nothing to answer
+		}
+		return err
 	}
-	_, err := Answer(ctx, r.bus, Source, id, events.ConfirmAnsweredData{
-		Choice: exp.Default, Method: events.MethodTimeout, By: Source, Reason: "no answer before the deadline " + exp.Deadline.UTC().Format(time.RFC3339),
-	}, WithEventID(id+"/answer/timeout"))
-	var already *AlreadyAnsweredError
-	if errors.As(err, &already) {
+	if !st.Open() {
 		return nil
+	}
+	_, err = confirmation.Answer(ctx, r.bus, Source, id, events.ConfirmAnsweredData{
+		Choice: st.Gate.Default, Method: events.MethodTimeout, By: Source, Channel: "deadline",
+		Reason: "no answer before the deadline " + st.Expired.Deadline.UTC().Format(time.RFC3339),
+	}, confirmation.WithEventID(id+"/answer/timeout"))
+	if events.CodeOf(err) == events.CodeConflict {
+		return nil // answered first
 	}
 	return err
 }
 
 // answer publishes an answer expecting the request to be the
-// confirmation's last event; on a conflict it falls back to Answer.
+// confirmation's last event; on a conflict it falls back to the full
+// first-answer gate.
 func (r *router) answer(ctx context.Context, id string, seq uint64, req *events.ConfirmRequestedData, a events.ConfirmAnsweredData, tag string) error {
 	a.RunID = req.RunID
 	ev, err := events.NewEvent(events.ConfirmAnswered, id, id+"/answer/"+tag, Source, a)
 	if err != nil {
 		return err
 	}
-	_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq}, events.PurgeSchedule{Subject: ScheduleSubject(id)})
+	_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
 	if errors.Is(err, events.ErrConflict) {
-		_, err = Answer(ctx, r.bus, Source, id, a, WithEventID(id+"/answer/"+tag))
-		var already *AlreadyAnsweredError
-		if errors.As(err, &already) {
+		_, err = confirmation.Answer(ctx, r.bus, Source, id, a, confirmation.WithEventID(id+"/answer/"+tag))
+		if events.CodeOf(err) == events.CodeConflict {
 			return nil
 		}
 	}
 	return err
-}
-
-// ProceedChoice is the option --yes picks: one whose value means go ahead,
-// else the first option that is not cancel.
-func ProceedChoice(req *events.ConfirmRequestedData) string {
-	for _, want := range []string{"proceed", "yes", "continue", "approve", "confirm", "ok"} {
-		for _, o := range req.Options {
-			if strings.EqualFold(o.Value, want) {
-				return o.Value
-			}
-		}
-	}
-	for _, o := range req.Options {
-		if !isCancel(o.Value) {
-			return o.Value
-		}
-	}
-	return req.Options[0].Value
-}
-
-// DefaultChoice is what a timeout answers: the request's default, else the
-// safest option.
-func DefaultChoice(req *events.ConfirmRequestedData) string {
-	if req.Default != "" {
-		return req.Default
-	}
-	return SafeChoice(req)
-}
-
-// SafeChoice prefers cancelling.
-func SafeChoice(req *events.ConfirmRequestedData) string {
-	for _, o := range req.Options {
-		if isCancel(o.Value) {
-			return o.Value
-		}
-	}
-	if len(req.Options) == 0 {
-		return "cancel"
-	}
-	return req.Options[len(req.Options)-1].Value
-}
-
-func isCancel(v string) bool {
-	switch strings.ToLower(v) {
-	case "cancel", "abort", "no", "deny", "reject", "stop":
-		return true
-	}
-	return false
-}
-
-// MaxMessageBytes bounds a confirmation's message.
-const MaxMessageBytes = 8000
-
-// Validate reports what makes a request unanswerable: an empty or
-// over-long message, control characters in the message, title or options,
-// no options, duplicate option values, a default that is not an option.
-func Validate(req *events.ConfirmRequestedData, maxMessage int) string {
-	if strings.TrimSpace(req.Message) == "" {
-		return "empty message"
-	}
-	if len(req.Message) > maxMessage {
-		return fmt.Sprintf("message is %d bytes; the limit is %d", len(req.Message), maxMessage)
-	}
-	if len(req.Options) == 0 {
-		return "no options"
-	}
-	if hasControl(req.Message) {
-		return "message contains control characters"
-	}
-	// The title and options reach the same terminals as the message: an
-	// escape sequence there could disguise what is being asked.
-	if hasControl(req.Title) {
-		return "title contains control characters"
-	}
-	seen := map[string]bool{}
-	for _, o := range req.Options {
-		if strings.TrimSpace(o.Value) == "" || strings.TrimSpace(o.Label) == "" {
-			return "an option has an empty label or value"
-		}
-		if hasControl(o.Value) || hasControl(o.Label) || hasControl(o.Description) {
-			return fmt.Sprintf("option %q contains control characters", o.Value)
-		}
-		if seen[o.Value] {
-			return "option value " + o.Value + " appears twice"
-		}
-		seen[o.Value] = true
-	}
-	if req.Default != "" && !seen[req.Default] {
-		return "default " + req.Default + " is not one of the options"
-	}
-	return ""
-}
-
-// hasControl reports whether s holds a control character (C0, DEL, C1)
-// other than a line feed or a tab: escape sequences, carriage returns.
-func hasControl(s string) bool {
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return true
-		}
-	}
-	return false
 }

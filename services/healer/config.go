@@ -8,7 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/lib/skill"
 )
 
 // Pattern classifies failures by what their error says, and may name a

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/heedhq/heed/services/runner/skill"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/tool"
 )
 
 // Source is the CloudEvents source of the healer's events.
@@ -56,12 +56,12 @@ func Run(ctx context.Context, rt *service.Runtime, o Options) error {
 			return err
 		}
 	}
-	for _, b := range learner.Buckets() {
+	for _, b := range readmodel.Specs(readmodel.FixesBucket) {
 		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
 			return err
 		}
 	}
-	fixes, err := events.WatchBucket(ctx, rt.Bus.JetStream(), learner.FixesBucket)
+	fixes, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.FixesBucket)
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func (h *healer) heal(ctx context.Context, d *events.Delivery, f *events.StepFai
 // plan classifies the failure and chooses: a learned fix beats a generic
 // pattern; an unknown error goes to the run's agent.
 func (h *healer) plan(v *runView, f *events.StepFailedData) *events.HealTriggeredData {
-	sig := learner.ErrorSignature(f.Error.Message)
+	sig := events.ErrorSignature(f.Error.Message)
 	tr := &events.HealTriggeredData{Step: f.Step, Index: f.Index, Attempt: f.Attempt, Tool: f.Tool, Error: f.Error,
 		Classification: events.Classification{Kind: "unknown", Signature: sig}}
 	p := h.cfg.Classify(f.Error.Message)
@@ -258,13 +258,13 @@ func (h *healer) plan(v *runView, f *events.StepFailedData) *events.HealTriggere
 
 // learnedFix finds a usable learned fix for the failure: one for this exact
 // signature first, then one whose match text the error contains.
-func (h *healer) learnedFix(f *events.StepFailedData, sig string) (learner.Fix, bool) {
-	var best learner.Fix
+func (h *healer) learnedFix(f *events.StepFailedData, sig string) (readmodel.Fix, bool) {
+	var best readmodel.Fix
 	found := false
 	msg := strings.ToLower(f.Error.Message)
-	var candidates []learner.Fix
+	var candidates []readmodel.Fix
 	h.fixes.Each(func(_ string, v json.RawMessage) bool {
-		var fx learner.Fix
+		var fx readmodel.Fix
 		if json.Unmarshal(v, &fx) != nil || fx.Tool != f.Tool || !fx.Usable() {
 			return true
 		}
@@ -295,7 +295,7 @@ func (h *healer) learnedFix(f *events.StepFailedData, sig string) (learner.Fix, 
 // applicable: a value learned from one run's correction applies only to a
 // failure with the same failed value (a corrected SHA is right for that
 // SHA, not for every SHA).
-func applicable(fx learner.Fix, args map[string]any) bool {
+func applicable(fx readmodel.Fix, args map[string]any) bool {
 	for k, was := range fx.WhenWas {
 		if !reflect.DeepEqual(normalizeJSON(args[k]), normalizeJSON(was)) {
 			return false
@@ -355,11 +355,12 @@ func (h *healer) learn(ctx context.Context, d *events.Delivery, c *events.StepCo
 	if cur == nil || cur.started == nil || prev == nil || prev.failed == nil || cur.healed {
 		return nil, nil
 	}
-	sig := learner.ErrorSignature(prev.failed.Error.Message)
+	sig := events.ErrorSignature(prev.failed.Error.Message)
 	healed := func(via, fixID string) (events.Event, error) {
 		return stage(runID, c.Index, c.Attempt, events.HealHealed, events.HealHealedData{Step: c.Step, Index: c.Index, Attempt: c.Attempt, Via: via, FixID: fixID, Tool: prev.failed.Tool, Signature: sig})
 	}
-	if prev.retried != nil && cur.started.RetryOf == prev.retriedID {
+	if prev.retried != nil && sameArgs(cur.started.Args, prev.retried.Args) {
+		// The attempt the healer asked for.
 		via := events.PlanPatternFix
 		if prev.triggered != nil && prev.triggered.Plan == events.PlanLearnedFix {
 			via = events.PlanLearnedFix
@@ -370,42 +371,58 @@ func (h *healer) learn(ctx context.Context, d *events.Delivery, c *events.StepCo
 		}
 		return []events.Event{ev}, nil
 	}
-	if cur.started.RetryOf != "retry" {
-		return nil, nil // an on_error retry, not a correction
+	// Any other attempt after a failure is a retry of it: by the runner's
+	// on_error (the same args: nothing to learn) or a correction by an
+	// agent or a person (heed.cmd.run.retry, or an outside agent's own
+	// step.started with retry_of), which teaches a fix.
+	failedArgs := prev.failed.Args
+	if failedArgs == nil && prev.started != nil {
+		failedArgs = prev.started.Args // an outside agent's failure may not repeat them
 	}
-	patch, was := diff(prev.failed.Args, cur.started.Args)
-	var out []events.Event
-	if len(patch) > 0 {
-		by := v.resumedBy[c.Index]
-		if by == "" {
-			by = v.agent
-		}
-		source := events.FixFromPerson
-		if prev.escalated || (v.agent != "" && by == v.agent) {
-			source = events.FixFromAgent
-		}
-		keys := make([]string, 0, len(patch))
-		for k := range patch {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		fix := events.FixLearnedData{
-			Tool: prev.failed.Tool, ErrorPattern: sig, Source: source, By: by, RunID: runID,
-			Description: fmt.Sprintf("retry with corrected %s", strings.Join(keys, ", ")),
-			RootCause:   firstLine(prev.failed.Error.Message), ArgsPatch: patch, WhenWas: was,
-			LearnedFrom: d.Event.ID(),
-		}
-		ev, err := events.NewEvent(events.FixLearned, events.FixID(prev.failed.Tool, sig), d.Event.ID()+"/learn", Source, fix)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
+	patch, was := diff(failedArgs, cur.started.Args)
+	if len(patch) == 0 {
+		return nil, nil // the same call again: nothing was corrected
 	}
-	ev, err := healed(events.PlanAgent, "")
+	toolName := prev.failed.Tool
+	if toolName == "" && prev.started != nil {
+		toolName = prev.started.Tool
+	}
+	if toolName == "" {
+		return nil, nil // not a tool step
+	}
+	by := v.resumedBy[c.Index]
+	if by == "" {
+		by = v.agent
+	}
+	source := events.FixFromPerson
+	if prev.escalated || (v.agent != "" && by == v.agent) {
+		source = events.FixFromAgent
+	}
+	keys := make([]string, 0, len(patch))
+	for k := range patch {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fix := events.FixLearnedData{
+		Tool: toolName, ErrorPattern: sig, Source: source, By: by, RunID: runID,
+		Description: fmt.Sprintf("retry with corrected %s", strings.Join(keys, ", ")),
+		RootCause:   firstLine(prev.failed.Error.Message), ArgsPatch: patch, WhenWas: was,
+		LearnedFrom: d.Event.ID(),
+	}
+	ev, err := events.NewEvent(events.FixLearned, events.FixID(toolName, sig), d.Event.ID()+"/learn", Source, fix)
 	if err != nil {
 		return nil, err
 	}
-	return append(out, ev), nil
+	learned := ev
+	ev, err = healed(events.PlanAgent, "")
+	if err != nil {
+		return nil, err
+	}
+	return []events.Event{learned, ev}, nil
+}
+
+func sameArgs(a, b map[string]any) bool {
+	return reflect.DeepEqual(normalizeJSON(a), normalizeJSON(b))
 }
 
 // diff returns the args that changed (new values) and their old values.

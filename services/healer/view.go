@@ -3,7 +3,6 @@ package healer
 import (
 	"context"
 	"encoding/json"
-	"strings"
 
 	"github.com/heedhq/heed/events"
 )
@@ -158,12 +157,13 @@ func (v *runView) heals(index int) int {
 	return n
 }
 
-// retryFix is the heal that asked for attempt n of a step, if any.
+// retryFix is the heal that asked for attempt n of a step, if any: the
+// previous attempt's heal.retried, when attempt n runs with its args.
 func (v *runView) retryFix(index, n int) (*attempt, bool) {
 	a := v.steps[index][n]
-	if a == nil || a.started == nil || !strings.Contains(a.started.RetryOf, "/heal/retried") {
+	prev := v.steps[index][n-1]
+	if a == nil || a.started == nil || prev == nil || prev.retried == nil {
 		return nil, false
 	}
-	prev := v.steps[index][n-1]
-	return prev, prev != nil && prev.retried != nil
+	return prev, sameArgs(a.started.Args, prev.retried.Args)
 }

@@ -8,79 +8,43 @@ package indexer
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
 )
-
-// Bucket is the index's KV bucket; keys are <kind>.<aggregate-id>.
-const Bucket = "heed_index"
-
-// Key is the index key of an aggregate.
-func Key(kind, id string) string { return kind + "." + id }
-
-// EventRef points at one event in the log.
-type EventRef struct {
-	ID   string    `json:"id"`
-	Type string    `json:"type"`
-	Time time.Time `json:"time"`
-}
-
-// Entry is the index's view of one aggregate.
-type Entry struct {
-	ID     string   `json:"id"`
-	Kind   string   `json:"kind"`
-	Status string   `json:"status"`
-	Count  int      `json:"count"`
-	First  EventRef `json:"first"`
-	Last   EventRef `json:"last"`
-	// Run fields.
-	Skill  string `json:"skill,omitempty"`
-	Driver string `json:"driver,omitempty"`
-	Step   string `json:"step,omitempty"` // the step last reported
-	// Confirmation fields.
-	RunID  string `json:"run_id,omitempty"`
-	Choice string `json:"choice,omitempty"`
-	Method string `json:"method,omitempty"`
-}
-
-// Terminal reports whether the aggregate has finished.
-func (e Entry) Terminal() bool {
-	switch e.Status {
-	case "completed", "failed", "cancelled", "answered":
-		return true
-	}
-	return false
-}
 
 // Projection is the index projection.
 type Projection struct{}
 
 func (Projection) Name() string      { return "index" }
-func (Projection) Bucket() string    { return Bucket }
+func (Projection) Bucket() string    { return readmodel.IndexBucket }
 func (Projection) Filters() []string { return events.EventSubjects() }
 
 // Apply folds one event into its aggregate's entry.
 func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
 	t := events.Type(ev.Type())
-	key := Key(t.Kind(), ev.Subject())
-	var e Entry
+	key := readmodel.IndexKey(t.Kind(), ev.Subject())
+	var e readmodel.IndexEntry
 	if _, err := s.Get(ctx, key, &e); err != nil {
 		return err
 	}
-	ref := EventRef{ID: ev.ID(), Type: ev.Type(), Time: ev.Time().UTC()}
+	ref := readmodel.EventRef{ID: ev.ID(), Type: ev.Type(), Time: ev.Time().UTC()}
 	if e.Count == 0 {
 		e.ID, e.Kind, e.First = ev.Subject(), t.Kind(), ref
 	}
 	e.Count++
 	e.Last = ref
+	if t.Kind() == "confirm" {
+		if err := applyConfirm(&e, t, ev); err != nil {
+			return err
+		}
+		return s.Put(ctx, key, e)
+	}
 	var data struct {
 		Skill  string `json:"skill"`
 		Driver string `json:"driver"`
 		Step   string `json:"step"`
-		RunID  string `json:"run_id"`
-		Choice string `json:"choice"`
-		Method string `json:"method"`
 		Name   string `json:"name"`
 	}
 	var skillObj struct {
@@ -102,23 +66,77 @@ func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) e
 	if data.Step != "" && t.Kind() == "run" {
 		e.Step = data.Step
 	}
-	if data.RunID != "" {
-		e.RunID = data.RunID
-	}
 	if next := status(t, e.Status); next != "" {
 		e.Status = next
 	}
-	if t == events.ConfirmAnswered {
-		e.Choice, e.Method = data.Choice, data.Method
-	}
 	return s.Put(ctx, key, e)
+}
+
+// applyConfirm folds a confirmation's event into its entry. Answers are
+// judged with the rule every reader applies (lib/confirmation): the entry
+// takes the first valid answer in log order and counts the others as
+// refused, so the index agrees with the run, the router and the audit.
+func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) error {
+	g := gateOf(e)
+	switch t {
+	case events.ConfirmRequested:
+		var d events.ConfirmRequestedData
+		if err := json.Unmarshal(ev.Data(), &d); err != nil {
+			return events.Poison(err)
+		}
+		if g.Requested {
+			return nil // an id is asked once; a second request changes nothing
+		}
+		g.Request(&d)
+		e.RunID, e.Options, e.Default = g.RunID, g.Options, g.Default
+		if e.Skill == "" {
+			e.Skill = d.Skill
+		}
+		e.Step = d.Step
+		if e.Status == "" {
+			e.Status = readmodel.StatusPending
+		}
+	case events.ConfirmDelegated:
+		if g.Open() && e.Status == readmodel.StatusPending {
+			e.Status = readmodel.StatusDelegated
+		}
+	case events.ConfirmExpired:
+		var d events.ConfirmExpiredData
+		if err := json.Unmarshal(ev.Data(), &d); err != nil {
+			return events.Poison(err)
+		}
+		if g.Open() && !g.Expired {
+			g.Expire(&d)
+			e.Status, e.Default = readmodel.StatusExpired, g.Default
+		}
+	case events.ConfirmAnswered:
+		var d events.ConfirmAnsweredData
+		if err := json.Unmarshal(ev.Data(), &d); err != nil {
+			return events.Poison(err)
+		}
+		if r := g.Judge(&d); r != nil {
+			e.Refused++
+			return nil
+		}
+		e.Status, e.Choice, e.Method, e.By, e.Channel, e.AnswerID = readmodel.StatusAnswered, d.Choice, d.Method, d.By, d.Channel, ev.ID()
+	}
+	return nil
+}
+
+// gateOf rebuilds the gate of a confirmation from its index entry.
+func gateOf(e *readmodel.IndexEntry) *confirmation.Gate {
+	g := &confirmation.Gate{Requested: e.Options != nil, RunID: e.RunID, Options: e.Options, Default: e.Default, Expired: e.Status == readmodel.StatusExpired}
+	if e.AnswerID != "" {
+		g.Winner = &confirmation.Winner{EventID: e.AnswerID, Choice: e.Choice, Method: e.Method, By: e.By}
+	}
+	return g
 }
 
 // status is the state machine of the index's status field. Terminal states
 // stay put: a late event does not revive a finished aggregate.
 func status(t events.Type, cur string) string {
 	switch cur {
-	case "completed", "cancelled", "answered":
+	case "completed", "cancelled":
 		return ""
 	case "failed":
 		// A failed run can be reopened by a retry.
@@ -143,14 +161,6 @@ func status(t events.Type, cur string) string {
 		return "failed"
 	case events.RunCancelled:
 		return "cancelled"
-	case events.ConfirmRequested:
-		return "pending"
-	case events.ConfirmExpired:
-		return "expired"
-	case events.ConfirmAnswered:
-		return "answered"
-	case events.ConfirmDelegated:
-		return "delegated"
 	case events.PrefSet, events.FixLearned:
 		return "active"
 	case events.PrefForgotten, events.FixForgotten:

@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
 )
 
 // Buckets the indexer owns.
 func Buckets() []events.BucketSpec {
-	return []events.BucketSpec{{Name: Bucket, Description: "heed index: aggregate id → kind, first and last event, status, count"}}
+	return readmodel.Specs(readmodel.IndexBucket)
 }
 
 // Run keeps the index up to date until ctx is done, then drains.

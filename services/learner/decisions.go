@@ -3,37 +3,20 @@ package learner
 import (
 	"context"
 	"encoding/json"
-	"regexp"
 	"strings"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
 )
 
-// DecisionsBucket holds the decision cache: per operation (skill step) and
-// scope (the run's environment input, else "default").
-const DecisionsBucket = "heed_decisions"
-
-// Decision is the cached record of one operation in one scope.
-type Decision struct {
-	Operation   string  `json:"operation"`
-	Scope       string  `json:"scope"`
-	Count       int     `json:"count"`
-	Approved    int     `json:"approved"`
-	Denied      int     `json:"denied"`
-	Successes   int     `json:"successes"`
-	Failures    int     `json:"failures"`
-	SuccessRate float64 `json:"success_rate"`
-	// Candidate: more than 3 decisions and over 90% success (the seed's
-	// rule), and over 90% of the decisions approvals: the escalator may
-	// auto-approve, with ConfidenceBoost.
-	Candidate       bool    `json:"auto_approve_candidate"`
-	ConfidenceBoost float64 `json:"confidence_boost"`
-}
-
+// pendingRequest is a confirmation awaiting its answer, with the gate
+// that judges its answers as every reader does.
 type pendingRequest struct {
-	Operation string `json:"operation"`
-	Scope     string `json:"scope"`
-	RunID     string `json:"run_id,omitempty"`
+	Operation string            `json:"operation"`
+	Scope     string            `json:"scope"`
+	RunID     string            `json:"run_id,omitempty"`
+	Gate      confirmation.Gate `json:"gate"`
 }
 
 type runDecisions struct {
@@ -44,16 +27,9 @@ type runDecisions struct {
 type DecisionsProjection struct{}
 
 func (DecisionsProjection) Name() string   { return "decisions" }
-func (DecisionsProjection) Bucket() string { return DecisionsBucket }
+func (DecisionsProjection) Bucket() string { return readmodel.DecisionsBucket }
 func (DecisionsProjection) Filters() []string {
-	return []string{"heed.confirm.*.requested", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed"}
-}
-
-var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
-// DecisionKey is the bucket key of an operation and scope.
-func DecisionKey(operation, scope string) string {
-	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+	return []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed"}
 }
 
 // Apply folds one event into the cache.
@@ -74,7 +50,25 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 				scope = env
 			}
 		}
-		return s.Put(ctx, "req."+ev.Subject(), pendingRequest{Operation: op, Scope: scope, RunID: d.RunID})
+		var p pendingRequest
+		if ok, err := s.Get(ctx, "req."+ev.Subject(), &p); err != nil || ok {
+			return err // an id is asked once
+		}
+		p = pendingRequest{Operation: op, Scope: scope, RunID: d.RunID}
+		p.Gate.Request(&d)
+		return s.Put(ctx, "req."+ev.Subject(), p)
+	case events.ConfirmExpired:
+		var d events.ConfirmExpiredData
+		if err := json.Unmarshal(ev.Data(), &d); err != nil {
+			return nil
+		}
+		var p pendingRequest
+		ok, err := s.Get(ctx, "req."+ev.Subject(), &p)
+		if err != nil || !ok || p.Gate.Expired {
+			return err
+		}
+		p.Gate.Expire(&d)
+		return s.Put(ctx, "req."+ev.Subject(), p)
 	case events.ConfirmAnswered:
 		var a events.ConfirmAnsweredData
 		if err := json.Unmarshal(ev.Data(), &a); err != nil {
@@ -83,10 +77,13 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		var p pendingRequest
 		ok, err := s.Get(ctx, "req."+ev.Subject(), &p)
 		if err != nil || !ok {
-			return err
+			return err // before its request, or after the answer that took effect
 		}
-		key := DecisionKey(p.Operation, p.Scope)
-		var dec Decision
+		if p.Gate.Judge(&a) != nil {
+			return nil // refused: only the answer that took effect counts
+		}
+		key := readmodel.DecisionKey(p.Operation, p.Scope)
+		var dec readmodel.Decision
 		if _, err := s.Get(ctx, key, &dec); err != nil {
 			return err
 		}
@@ -120,7 +117,7 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			return err
 		}
 		for _, key := range rd.Keys {
-			var dec Decision
+			var dec readmodel.Decision
 			if _, err := s.Get(ctx, key, &dec); err != nil {
 				return err
 			}
@@ -139,7 +136,7 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 	return nil
 }
 
-func score(d *Decision) {
+func score(d *readmodel.Decision) {
 	total := d.Successes + d.Failures
 	d.SuccessRate = 1
 	if total > 0 {

@@ -3,51 +3,22 @@ package learner
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 )
-
-// FixesBucket holds learned fixes; keys are fix ids (events.FixID).
-const FixesBucket = "heed_fixes"
 
 // Confidence rules for learned fixes.
 const (
-	FixMinConfidence    = 0.3 // below this the healer does not use a fix
 	personFixConfidence = 0.9
 	agentFixConfidence  = 0.6
 )
-
-// Fix is a learned fix with how it has fared.
-type Fix struct {
-	ID           string            `json:"id"`
-	Tool         string            `json:"tool"`
-	ErrorPattern string            `json:"error_pattern"`
-	Match        string            `json:"match,omitempty"`
-	RootCause    string            `json:"root_cause,omitempty"`
-	Description  string            `json:"description"`
-	Action       *events.FixAction `json:"action,omitempty"`
-	ArgsPatch    map[string]any    `json:"args_patch,omitempty"`
-	WhenWas      map[string]any    `json:"when_was,omitempty"`
-	Source       string            `json:"source"`
-	By           string            `json:"by,omitempty"`
-	LearnedFrom  string            `json:"learned_from,omitempty"`
-	RunID        string            `json:"run_id,omitempty"`
-	Confidence   float64           `json:"confidence"`
-	Healed       int               `json:"healed"`
-	Failed       int               `json:"failed"`
-	LearnedAt    time.Time         `json:"learned_at"`
-	LastUsed     time.Time         `json:"last_used,omitempty"`
-}
-
-// Usable reports whether the healer may apply the fix.
-func (f Fix) Usable() bool { return f.Confidence >= FixMinConfidence }
 
 // FixesProjection projects fix events and heal outcomes into FixesBucket.
 type FixesProjection struct{}
 
 func (FixesProjection) Name() string   { return "fixes" }
-func (FixesProjection) Bucket() string { return FixesBucket }
+func (FixesProjection) Bucket() string { return readmodel.FixesBucket }
 func (FixesProjection) Filters() []string {
 	return []string{"heed.fix.>", "heed.run.*.heal.healed", "heed.run.*.heal.gave_up"}
 }
@@ -60,7 +31,7 @@ func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 		if err := json.Unmarshal(ev.Data(), &d); err != nil {
 			return events.Poison(err)
 		}
-		var f Fix
+		var f readmodel.Fix
 		if _, err := s.Get(ctx, ev.Subject(), &f); err != nil {
 			return err
 		}
@@ -71,7 +42,7 @@ func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 				conf = personFixConfidence
 			}
 		}
-		f = Fix{ID: ev.Subject(), Tool: d.Tool, ErrorPattern: d.ErrorPattern, Match: d.Match, RootCause: d.RootCause,
+		f = readmodel.Fix{ID: ev.Subject(), Tool: d.Tool, ErrorPattern: d.ErrorPattern, Match: d.Match, RootCause: d.RootCause,
 			Description: d.Description, Action: d.Action, ArgsPatch: d.ArgsPatch, WhenWas: d.WhenWas, Source: d.Source,
 			By: d.By, LearnedFrom: d.LearnedFrom, RunID: d.RunID, Confidence: conf, Healed: f.Healed, Failed: f.Failed,
 			LearnedAt: ev.Time().UTC()}
@@ -85,7 +56,7 @@ func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 		if err := json.Unmarshal(ev.Data(), &d); err != nil || d.FixID == "" {
 			return nil
 		}
-		var f Fix
+		var f readmodel.Fix
 		ok, err := s.Get(ctx, d.FixID, &f)
 		if err != nil || !ok {
 			return err

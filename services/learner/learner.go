@@ -8,6 +8,7 @@ import (
 	"context"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
 )
 
@@ -18,13 +19,7 @@ func Projections() []events.Projection {
 
 // Buckets are the learner's KV buckets.
 func Buckets() []events.BucketSpec {
-	return []events.BucketSpec{
-		{Name: PrefsBucket, Description: "heed learned preferences: remembered choices by skill step or error"},
-		{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"},
-		{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"},
-		{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"},
-		{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"},
-	}
+	return readmodel.Specs(readmodel.PrefsBucket, readmodel.FixesBucket, readmodel.StatsBucket, readmodel.DecisionsBucket, readmodel.PatternsBucket)
 }
 
 // Run keeps the learner's projections up to date until ctx is done.

@@ -8,62 +8,16 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 )
-
-// PatternsBucket holds usage patterns (the seed's layer 5).
-const PatternsBucket = "heed_patterns"
-
-// Pattern lifecycle: confidence grows with each recurrence (new → low →
-// medium → high), drops when the same call shape succeeds, and a pattern is
-// active at ActiveConfidence and above until it has been quiet for the quiet
-// period.
-const (
-	ActiveConfidence   = 0.7
-	DefaultQuietPeriod = 30 * 24 * time.Hour
-)
-
-// Pattern is a recurring failure of a tool for calls of one shape.
-type Pattern struct {
-	ID          string            `json:"id"`
-	Tool        string            `json:"tool"`
-	Signature   string            `json:"signature"`
-	Kind        string            `json:"kind"` // usage (the call's args) or infrastructure
-	ArgShapes   map[string]string `json:"arg_shapes"`
-	Occurrences int               `json:"occurrences"`
-	Successes   int               `json:"successes"`
-	Confidence  float64           `json:"confidence"`
-	Stage       string            `json:"stage"` // new, low, medium, high
-	FirstSeen   time.Time         `json:"first_seen"`
-	LastSeen    time.Time         `json:"last_seen"`
-	Hint        string            `json:"hint"`
-}
-
-// Active reports whether the pattern should warn at now.
-func (p Pattern) Active(now time.Time, quiet time.Duration) bool {
-	if quiet <= 0 {
-		quiet = DefaultQuietPeriod
-	}
-	return p.Confidence >= ActiveConfidence && now.Sub(p.LastSeen) <= quiet
-}
-
-// Matches reports whether a call with args has the pattern's shape.
-func (p Pattern) Matches(args map[string]any) bool {
-	for k, want := range p.ArgShapes {
-		if Shape(args[k]) != want {
-			return false
-		}
-	}
-	return true
-}
 
 // PatternsProjection learns patterns from tool results.
 type PatternsProjection struct{}
 
 func (PatternsProjection) Name() string   { return "patterns" }
-func (PatternsProjection) Bucket() string { return PatternsBucket }
+func (PatternsProjection) Bucket() string { return readmodel.PatternsBucket }
 func (PatternsProjection) Filters() []string {
 	return []string{"heed.run.*.step.started", "heed.run.*.step.failed", "heed.run.*.step.completed"}
 }
@@ -82,25 +36,25 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 			return nil
 		}
 		// Remember the call's shape until its result arrives.
-		return s.Put(ctx, callKey(ev.Subject(), d.Index), callRef{Tool: d.Tool, Shapes: Shapes(d.Args)})
+		return s.Put(ctx, callKey(ev.Subject(), d.Index), callRef{Tool: d.Tool, Shapes: readmodel.Shapes(d.Args)})
 	case events.RunStepFailed:
 		var d events.StepFailedData
 		if json.Unmarshal(ev.Data(), &d) != nil || d.Tool == "" {
 			return nil
 		}
 		kind := ClassifyUsage(d.Error)
-		sig := ErrorSignature(d.Error.Message)
-		shapes := Shapes(d.Args)
+		sig := events.ErrorSignature(d.Error.Message)
+		shapes := readmodel.Shapes(d.Args)
 		if kind == "infrastructure" {
 			shapes = map[string]string{} // the call's args are not the cause
 		}
 		id := PatternID(d.Tool, sig, shapes)
-		var p Pattern
+		var p readmodel.Pattern
 		if _, err := s.Get(ctx, id, &p); err != nil {
 			return err
 		}
 		if p.Occurrences == 0 {
-			p = Pattern{ID: id, Tool: d.Tool, Signature: sig, Kind: kind, ArgShapes: shapes, FirstSeen: ev.Time().UTC()}
+			p = readmodel.Pattern{ID: id, Tool: d.Tool, Signature: sig, Kind: kind, ArgShapes: shapes, FirstSeen: ev.Time().UTC()}
 			var idx toolIndex
 			if _, err := s.Get(ctx, "tool."+d.Tool, &idx); err != nil {
 				return err
@@ -136,7 +90,7 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 			return err
 		}
 		for _, id := range idx.IDs {
-			var p Pattern
+			var p readmodel.Pattern
 			ok, err := s.Get(ctx, id, &p)
 			if err != nil || !ok || p.Kind != "usage" || !sameShapes(p.ArgShapes, c.Shapes) {
 				continue
@@ -193,7 +147,7 @@ func confidence(occurrences, successes int) (float64, string) {
 	c = round3(c)
 	stage := "new"
 	switch {
-	case c >= ActiveConfidence:
+	case c >= readmodel.ActiveConfidence:
 		stage = "high"
 	case c >= 0.5:
 		stage = "medium"
@@ -218,7 +172,7 @@ func ClassifyUsage(e events.ErrorInfo) string {
 	return "usage"
 }
 
-func hint(p Pattern) string {
+func hint(p readmodel.Pattern) string {
 	var parts []string
 	for k, v := range p.ArgShapes {
 		parts = append(parts, k+" is "+v)
@@ -238,51 +192,4 @@ func sameShapes(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// Shapes describes each arg's shape.
-func Shapes(args map[string]any) map[string]string {
-	out := make(map[string]string, len(args))
-	for k, v := range args {
-		out[k] = Shape(v)
-	}
-	return out
-}
-
-// Shape is a coarse description of a value: what recurs across calls
-// (a 7-character hex string), not the value itself.
-func Shape(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "bool"
-	case float64, int, int64, json.Number:
-		return "number"
-	case string:
-		if x == "" {
-			return "empty"
-		}
-		hexOnly, digits := true, true
-		for _, r := range x {
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
-				hexOnly = false
-			}
-			if !(r >= '0' && r <= '9') {
-				digits = false
-			}
-		}
-		switch {
-		case digits:
-			return "digits"
-		case hexOnly:
-			return fmt.Sprintf("hex%d", len(x))
-		}
-		return "text"
-	case []any:
-		return "list"
-	case map[string]any:
-		return "object"
-	}
-	return "other"
 }

@@ -4,98 +4,42 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/runner/skill"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 )
 
-// Command subjects (request/reply; never captured by a stream).
-const (
-	SubjectStart    = events.CommandPrefix + ".run.start"
-	SubjectContinue = events.CommandPrefix + ".run.continue"
-	SubjectRetry    = events.CommandPrefix + ".run.retry"
-	SubjectCancel   = events.CommandPrefix + ".run.cancel"
-)
-
-// StartRequest asks for a run of a skill.
-type StartRequest struct {
-	Skill struct {
-		Source string `json:"source"`
-		File   string `json:"file,omitempty"`
-	} `json:"skill"`
-	Inputs      map[string]any `json:"inputs,omitempty"`
-	Yes         bool           `json:"yes,omitempty"`
-	Agent       string         `json:"agent,omitempty"`
-	RequestedBy string         `json:"requested_by,omitempty"`
-	// RequestID makes a retried start request start one run, not two.
-	RequestID string `json:"request_id,omitempty"`
-}
-
-// ContinueRequest answers a paused run's confirmation (or resumes a run
-// waiting for its agent).
-type ContinueRequest struct {
-	RunID  string `json:"run_id"`
-	Choice string `json:"choice"`
-	Reason string `json:"reason,omitempty"`
-	By     string `json:"by,omitempty"`
-}
-
-// RetryRequest starts a new attempt of a failed step with corrected args.
-type RetryRequest struct {
-	RunID  string         `json:"run_id"`
-	Step   string         `json:"step,omitempty"` // default: the failed step
-	Args   map[string]any `json:"args,omitempty"` // merged over the failed attempt's args
-	Reason string         `json:"reason,omitempty"`
-	By     string         `json:"by,omitempty"`
-}
-
-// CancelRequest cancels a run.
-type CancelRequest struct {
-	RunID  string `json:"run_id"`
-	Reason string `json:"reason,omitempty"`
-	By     string `json:"by,omitempty"`
-}
-
-// Reply is every command's success reply.
-type Reply struct {
-	RunID     string `json:"run_id"`
-	ConfirmID string `json:"confirm_id,omitempty"`
-	Status    string `json:"status,omitempty"`
-}
-
-// commands serves the runner's request/reply API.
+// commands serves the runner's request/reply API (see events/command).
 type commands struct {
 	e     *engine
 	tools *tool.Registry
+	// lagWait bounds how long a command waits for the log to show what
+	// its caller has already seen (see awaitRun).
+	lagWait time.Duration
 }
 
+// commandTimeout bounds one command's work.
+const commandTimeout = 15 * time.Second
+
 func (c *commands) register(svc micro.Service) error {
+	v := c.e.bus.Codec().Validator()
 	g := svc.AddGroup(events.CommandPrefix + ".run")
-	for name, h := range map[string]func(context.Context, []byte) (any, error){
-		"start": c.start, "continue": retrying(c.continueRun), "retry": retrying(c.retry), "cancel": retrying(c.cancel),
+	for name, h := range map[string]micro.Handler{
+		"start":    command.Handler(v, command.RunStart, commandTimeout, c.start),
+		"continue": command.Handler(v, command.RunContinue, commandTimeout, retrying(c.continueRun)),
+		"retry":    command.Handler(v, command.RunRetry, commandTimeout, retrying(c.retry)),
+		"cancel":   command.Handler(v, command.RunCancel, commandTimeout, retrying(c.cancel)),
 	} {
-		h := h
-		err := g.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			out, err := h(ctx, req.Data())
-			if err != nil {
-				code := events.CodeOf(err)
-				_ = req.Error(string(code), oneLine(err.Error()), []byte(err.Error()))
-				return
-			}
-			_ = req.RespondJSON(out)
-		}))
-		if err != nil {
+		if err := g.AddEndpoint(name, h); err != nil {
 			return err
 		}
 	}
@@ -108,10 +52,10 @@ var errStale = errors.New("run changed")
 
 // retrying re-runs a command that lost an optimistic-concurrency race: the
 // run is read again and the command decided again on the new state.
-func retrying(h func(context.Context, []byte) (any, error)) func(context.Context, []byte) (any, error) {
-	return func(ctx context.Context, b []byte) (any, error) {
+func retrying[Req any](h command.Func[Req]) command.Func[Req] {
+	return func(ctx context.Context, req *Req) (any, error) {
 		for attempt := 0; ; attempt++ {
-			out, err := h(ctx, b)
+			out, err := h(ctx, req)
 			if !errors.Is(err, errStale) {
 				return out, err
 			}
@@ -123,24 +67,7 @@ func retrying(h func(context.Context, []byte) (any, error)) func(context.Context
 	}
 }
 
-func oneLine(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", "; ")
-}
-
-func decodeRequest(b []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return events.Errorf(events.CodeInvalidRequest, "request is not valid JSON for this command: %v", err)
-	}
-	return nil
-}
-
-func (c *commands) start(ctx context.Context, b []byte) (any, error) {
-	var req StartRequest
-	if err := decodeRequest(b, &req); err != nil {
-		return nil, err
-	}
+func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error) {
 	if strings.TrimSpace(req.Skill.Source) == "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill.source is empty")
 	}
@@ -170,7 +97,7 @@ func (c *commands) start(ctx context.Context, b []byte) (any, error) {
 	if _, err := c.e.bus.Publish(ctx, &ev); err != nil {
 		return nil, err
 	}
-	return Reply{RunID: id, Status: StatusRequested}, nil
+	return command.RunReply{RunID: id, Status: StatusRequested}, nil
 }
 
 func missingTools(sk *skill.Skill, reg *tool.Registry) []string {
@@ -204,13 +131,16 @@ func newRunID(requestID string) string {
 	return "r" + hex.EncodeToString(sum[:12])
 }
 
-// loadRun reads a run from the log for a command.
-func (c *commands) loadRun(ctx context.Context, id string) (*RunState, error) {
+// loadRun reads a run from the log for a command, from sequence after
+// (0: the whole history) onto r (nil: a new state).
+func (c *commands) loadRun(ctx context.Context, id string, r *RunState) (*RunState, error) {
 	if !events.ValidID(id) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", id)
 	}
-	r := newRun(id)
-	_, err := events.ReadLog(ctx, c.e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
+	if r == nil {
+		r = newRun(id)
+	}
+	_, err := events.ReadLog(ctx, c.e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, r.LastSeq, func(raw events.RawMsg) error {
 		// Count every message's position, valid or not: the stream's
 		// expected-sequence check counts them all.
 		r.LastSeq = max(r.LastSeq, raw.Seq)
@@ -225,6 +155,31 @@ func (c *commands) loadRun(ctx context.Context, id string) (*RunState, error) {
 	}
 	if r.LastSeq == 0 {
 		return nil, events.Errorf(events.CodeNotFound, "no run %q", id)
+	}
+	return r, nil
+}
+
+// awaitRun reads a run and, while it is not yet in the state the command
+// needs (ready) and has not ended, follows the log for up to lagWait. A
+// caller may have seen an event before JetStream stored it (a core NATS
+// subscriber on heed.run.<id>.paused gets the message as the stream
+// receives it): a command must judge the run as its caller saw it, not
+// refuse the caller for being quick.
+func (c *commands) awaitRun(ctx context.Context, id string, ready func(*RunState) bool) (*RunState, error) {
+	r, err := c.loadRun(ctx, id, nil)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(c.lagWait)
+	for wait := 2 * time.Millisecond; !ready(r) && !r.Terminal() && time.Now().Before(deadline); wait = min(2*wait, 100*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		if r, err = c.loadRun(ctx, id, r); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -247,12 +202,8 @@ func (c *commands) publishRunEvent(ctx context.Context, r *RunState, evs ...even
 	return nil
 }
 
-func (c *commands) cancel(ctx context.Context, b []byte) (any, error) {
-	var req CancelRequest
-	if err := decodeRequest(b, &req); err != nil {
-		return nil, err
-	}
-	r, err := c.loadRun(ctx, req.RunID)
+func (c *commands) cancel(ctx context.Context, req *command.CancelRun) (any, error) {
+	r, err := c.loadRun(ctx, req.RunID, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -266,49 +217,52 @@ func (c *commands) cancel(ctx context.Context, b []byte) (any, error) {
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	return Reply{RunID: r.ID, Status: StatusCancelled}, nil
+	return command.RunReply{RunID: r.ID, Status: StatusCancelled}, nil
 }
 
-func (c *commands) continueRun(ctx context.Context, b []byte) (any, error) {
-	var req ContinueRequest
-	if err := decodeRequest(b, &req); err != nil {
-		return nil, err
+// pause is what a run waits for from its agent, if anything: the paused
+// event, or a failure the healer handed to the agent a moment before the
+// runner recorded the pause (the agent may answer already).
+func pause(r *RunState) *events.RunPausedData {
+	if r.Terminal() {
+		return nil
 	}
-	r, err := c.loadRun(ctx, req.RunID)
+	if r.Paused != nil {
+		return r.Paused
+	}
+	for i, ss := range r.Steps {
+		if ss.Status == StepFailed && ss.Heal.Attempt == ss.Attempt && ss.Heal.Escalated != nil && !ss.healDecided() {
+			return &events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: ss.Heal.Escalated.Step, Index: i}
+		}
+	}
+	return nil
+}
+
+func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (any, error) {
+	r, err := c.awaitRun(ctx, req.RunID, func(r *RunState) bool { return pause(r) != nil })
 	if err != nil {
 		return nil, err
 	}
-	paused := r.Paused
-	if paused == nil {
-		// The healer may have handed a failure to the agent a moment before
-		// the runner recorded the pause: the agent may answer already.
-		for i, ss := range r.Steps {
-			if ss.Status == StepFailed && ss.Heal.Attempt == ss.Attempt && ss.Heal.Escalated != nil && !r.Terminal() {
-				paused = &events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: ss.Heal.Escalated.Step, Index: i}
-			}
-		}
-	}
+	paused := pause(r)
 	if paused == nil {
 		return nil, events.Errorf(events.CodeConflict, "run %s is %s, not paused", r.ID, r.Status)
 	}
-	r.Paused = paused
-	switch r.Paused.Reason {
-	case events.PauseAwaitingConfirmation:
+	if paused.Reason == events.PauseAwaitingConfirmation {
 		if req.Choice == "" {
-			return nil, events.Errorf(events.CodeInvalidRequest, "continue needs a choice for confirmation %s", r.Paused.ConfirmID)
+			return nil, events.Errorf(events.CodeInvalidRequest, "continue needs a choice for confirmation %s", paused.ConfirmID)
 		}
-		_, err := confirm.Answer(ctx, c.e.bus, Source, r.Paused.ConfirmID, events.ConfirmAnsweredData{
-			Choice: req.Choice, Method: events.MethodAgent, By: actor(req.By), Channel: "continue", Reason: req.Reason,
+		_, err := confirmation.Answer(ctx, c.e.bus, Source, paused.ConfirmID, events.ConfirmAnsweredData{
+			Choice: req.Choice, Method: events.MethodAgent, By: actor(req.By), Channel: "agent", Reason: req.Reason,
 		})
 		if err != nil {
 			return nil, err
 		}
-		return Reply{RunID: r.ID, ConfirmID: r.Paused.ConfirmID, Status: StatusRunning}, nil
+		return command.RunReply{RunID: r.ID, ConfirmID: paused.ConfirmID, Status: StatusRunning}, nil
 	}
 	// Awaiting the agent after a failure: continuing lets on_error apply
 	// (to retry with corrected args, use retry).
 	ev, err := events.NewEvent(events.RunResumed, r.ID, fmt.Sprintf("%s/resumed/%d", r.ID, r.LastSeq), Source, events.RunResumedData{
-		Step: r.Paused.Step, Index: r.Paused.Index, Choice: ChoiceOnError, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
+		Step: paused.Step, Index: paused.Index, Choice: ChoiceOnError, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
 	})
 	if err != nil {
 		return nil, err
@@ -316,38 +270,39 @@ func (c *commands) continueRun(ctx context.Context, b []byte) (any, error) {
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	return Reply{RunID: r.ID, Status: StatusRunning}, nil
+	return command.RunReply{RunID: r.ID, Status: StatusRunning}, nil
 }
 
-func (c *commands) retry(ctx context.Context, b []byte) (any, error) {
-	var req RetryRequest
-	if err := decodeRequest(b, &req); err != nil {
-		return nil, err
+// failedStep is the index of the step a retry applies to, or -1.
+func failedStep(r *RunState, step string) int {
+	if r.Skill == nil {
+		return -1
 	}
-	r, err := c.loadRun(ctx, req.RunID)
+	for i, st := range r.Skill.Steps {
+		if r.Steps[i].Status == StepFailed && (step == "" || step == st.Name) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, error) {
+	r, err := c.awaitRun(ctx, req.RunID, func(r *RunState) bool { return !r.Requested || failedStep(r, req.Step) >= 0 })
 	if err != nil {
 		return nil, err
 	}
 	if !r.Requested || r.Skill == nil {
-		return nil, events.Errorf(events.CodeConflict, "run %s is not driven by the runner; its agent retries its own steps", r.ID)
+		return nil, events.Errorf(events.CodeConflict, "run %s is not driven by the runner; its agent retries its own steps (a step.started with retry_of naming the failed attempt)", r.ID)
 	}
-	idx := -1
-	for i, st := range r.Skill.Steps {
-		if r.Steps[i].Status == StepFailed && (req.Step == "" || req.Step == st.Name) {
-			idx = i
-			if req.Step == "" {
-				break
-			}
-		}
+	if r.Status == StatusCompleted || r.Status == StatusCancelled {
+		return nil, events.Errorf(events.CodeConflict, "run %s is %s", r.ID, r.Status)
 	}
+	idx := failedStep(r, req.Step)
 	if idx < 0 {
 		if req.Step != "" {
 			return nil, events.Errorf(events.CodeConflict, "step %q of run %s has not failed", req.Step, r.ID)
 		}
 		return nil, events.Errorf(events.CodeConflict, "run %s has no failed step to retry", r.ID)
-	}
-	if r.Status == StatusCompleted || r.Status == StatusCancelled {
-		return nil, events.Errorf(events.CodeConflict, "run %s is %s", r.ID, r.Status)
 	}
 	st, ss := r.Skill.Steps[idx], r.Steps[idx]
 	if st.Kind != skill.KindTool {
@@ -371,16 +326,15 @@ func (c *commands) retry(ctx context.Context, b []byte) (any, error) {
 		}
 		evs = append(evs, res)
 	}
-	start, err := c.e.startEvent(r, idx, next, args, "retry")
+	start, err := c.e.startEvent(r, idx, next, args, ss.FailedID)
 	if err != nil {
 		return nil, err
 	}
-	start.SetExtension("causationid", "retry")
 	evs = append(evs, *start)
 	if err := c.publishRunEvent(ctx, r, evs...); err != nil {
 		return nil, err
 	}
-	return Reply{RunID: r.ID, Status: StatusRunning}, nil
+	return command.RunReply{RunID: r.ID, Status: StatusRunning}, nil
 }
 
 func retryReason(r string) string {

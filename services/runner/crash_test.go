@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go"
 )
 

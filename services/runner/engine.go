@@ -7,13 +7,15 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/heedhq/heed/services/runner/skill"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/tool"
 )
 
 // Source is the CloudEvents source of everything the runner publishes.
@@ -65,7 +67,9 @@ func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait tim
 		healWait: 3 * time.Second, healTimeout: 2 * time.Minute}
 }
 
-// runIDOf is the partition key: the run an event belongs to.
+// runIDOf is the partition key: the run an event belongs to. An answer
+// that does not name its run (run_id is optional for outside writers) is
+// mapped by its confirmation id when the runner made it (ConfirmID).
 func runIDOf(ev *events.Event) string {
 	if events.Type(ev.Type()).Kind() == "run" {
 		return ev.Subject()
@@ -76,6 +80,9 @@ func runIDOf(ev *events.Event) string {
 	_ = json.Unmarshal(ev.Data(), &d)
 	if d.RunID != "" {
 		return d.RunID
+	}
+	if run, _, _, ok := ParseConfirmID(ev.Subject()); ok {
+		return run
 	}
 	return ev.Subject()
 }
@@ -140,9 +147,11 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	if !events.ValidID(id) {
 		return nil, nil
 	}
-	kind := events.Type(d.Event.Type()).Kind()
-	if kind == "confirm" && d.Event.Subject() == id {
-		return nil, nil // a confirmation not tied to a run
+	if events.Type(d.Event.Type()).Kind() == "confirm" {
+		ok, err := e.takesEffect(ctx, id, d)
+		if err != nil || !ok {
+			return nil, err
+		}
 	}
 	r, err := e.load(ctx, id, d)
 	if err != nil {
@@ -198,6 +207,35 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		e.startTimer(ctx, d, act.wait)
 	}
 	return nil, nil
+}
+
+// takesEffect judges an answer the way every reader of the log does (the
+// first valid answer in log order takes effect; see lib/confirmation) and
+// reports whether it is the answer of a confirmation of run id. Refused
+// answers are left alone: the confirm router reports them.
+func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery) (bool, error) {
+	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
+		return false, nil
+	}
+	st, err := confirmation.Load(ctx, e.bus, d.Event.Subject())
+	if events.CodeOf(err) == events.CodeNotFound {
+		return false, nil // an answer before its question: refused
+	}
+	if err != nil {
+		return false, err
+	}
+	a, ok := st.AnswerAt(d.Seq)
+	if !ok || a.Refusal != nil || st.Gate.RunID == "" {
+		return false, nil
+	}
+	if st.Gate.RunID != id {
+		// Not the runner's confirmation (its id does not name the run)
+		// and the answer does not say which run: the run's own worker
+		// must apply it, and this is not that worker.
+		e.log.Debug("answer for a run the runner does not map", "confirm", d.Event.Subject(), "run", st.Gate.RunID)
+		return false, nil
+	}
+	return true, nil
 }
 
 // action is what a reconcile asks for beyond publishing events.
@@ -313,7 +351,11 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				}
 				switch {
 				case h.Retry != nil:
-					e.startStep(r, i, h.Retry.NextAttempt, h.Retry.Args, h.RetryID, emit)
+					// The heal's retry: caused by heal.retried, whatever
+					// event this reconcile started from.
+					em.cause = h.RetryID
+					e.startStep(r, i, h.Retry.NextAttempt, h.Retry.Args, ss.FailedID, emit)
+					em.cause = cause.ID()
 					continue
 				case h.Escalated != nil:
 					if r.Status != StatusPaused {
@@ -342,7 +384,7 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				if busy {
 					return out(), action{} // the retry is waiting out its backoff
 				}
-				ev, err := e.startEvent(r, i, next, ss.Args, "")
+				ev, err := e.startEvent(r, i, next, ss.Args, ss.FailedID)
 				if err != nil {
 					return out(), action{}
 				}
@@ -456,6 +498,27 @@ func (e *engine) compute(r *RunState, i, attempt int, emit func(events.Type, str
 // ConfirmID is the id of the confirmation a confirm step asks for.
 func ConfirmID(runID string, index, attempt int) string {
 	return fmt.Sprintf("%s-s%d-a%d", runID, index, attempt)
+}
+
+// ParseConfirmID splits a ConfirmID into its run, step index and attempt.
+func ParseConfirmID(id string) (runID string, index, attempt int, ok bool) {
+	i := strings.LastIndex(id, "-a")
+	if i < 0 {
+		return "", 0, 0, false
+	}
+	attempt, err := strconv.Atoi(id[i+2:])
+	if err != nil || attempt < 1 {
+		return "", 0, 0, false
+	}
+	j := strings.LastIndex(id[:i], "-s")
+	if j <= 0 {
+		return "", 0, 0, false
+	}
+	index, err = strconv.Atoi(id[j+2 : i])
+	if err != nil || index < 0 {
+		return "", 0, 0, false
+	}
+	return id[:j], index, attempt, true
 }
 
 func (e *engine) askConfirm(r *RunState, i, attempt int, em *emitter) {
@@ -691,7 +754,7 @@ func (e *engine) knownIssues(sk *skill.Skill) []events.KnownIssue {
 	}
 	var out []events.KnownIssue
 	e.fixes.Each(func(_ string, v json.RawMessage) bool {
-		var f learner.Fix
+		var f readmodel.Fix
 		if json.Unmarshal(v, &f) == nil && tools[f.Tool] && f.Usable() {
 			out = append(out, events.KnownIssue{Tool: f.Tool, Pattern: f.ErrorPattern, Description: f.Description, FixID: f.ID, Confidence: f.Confidence})
 		}
@@ -709,7 +772,7 @@ func (e *engine) warnings(toolName string, args map[string]any) []events.RunWarn
 	var out []events.RunWarningData
 	now := time.Now()
 	e.patterns.Each(func(_ string, v json.RawMessage) bool {
-		var p learner.Pattern
+		var p readmodel.Pattern
 		if json.Unmarshal(v, &p) != nil || p.Tool != toolName || p.Kind != "usage" || !p.Active(now, 0) || !p.Matches(args) {
 			return true
 		}

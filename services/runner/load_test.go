@@ -12,7 +12,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go"
 )
 

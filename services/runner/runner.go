@@ -12,8 +12,8 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/service"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -35,6 +35,9 @@ type Config struct {
 	HealWait time.Duration
 	// HealTimeout bounds a heal the healer took up. Default 2m.
 	HealTimeout time.Duration
+	// LagWait bounds how long a command waits for the log to show what its
+	// caller already saw (a pause, a failure). Default 1s.
+	LagWait time.Duration
 }
 
 func (c *Config) defaults() {
@@ -52,6 +55,9 @@ func (c *Config) defaults() {
 	}
 	if c.HealTimeout <= 0 {
 		c.HealTimeout = 2 * time.Minute
+	}
+	if c.LagWait <= 0 {
+		c.LagWait = time.Second
 	}
 }
 
@@ -72,17 +78,17 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
 	eng.healWait, eng.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
 	// Learned state the runner shows: known issues and pattern warnings.
-	for _, b := range learner.Buckets() {
+	for _, b := range readmodel.Specs(readmodel.FixesBucket, readmodel.PatternsBucket) {
 		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
 			return err
 		}
 	}
 	var err error
-	if eng.fixes, err = events.WatchBucket(ctx, rt.Bus.JetStream(), learner.FixesBucket); err != nil {
+	if eng.fixes, err = events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.FixesBucket); err != nil {
 		return err
 	}
 	defer eng.fixes.Stop()
-	if eng.patterns, err = events.WatchBucket(ctx, rt.Bus.JetStream(), learner.PatternsBucket); err != nil {
+	if eng.patterns, err = events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.PatternsBucket); err != nil {
 		return err
 	}
 	defer eng.patterns.Stop()
@@ -103,7 +109,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
-	if err := (&commands{e: eng, tools: reg}).register(svc); err != nil {
+	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait}).register(svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
 	rt.AddCheck("runner", func() any {

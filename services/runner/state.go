@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/lib/skill"
 )
 
 // Run statuses.
@@ -45,8 +45,11 @@ type StepState struct {
 	Answer *events.ConfirmAnsweredData
 	// AnswerID is the id of the answer event.
 	AnswerID string
-	// RetryOf is the event that asked for the current attempt.
+	// RetryOf is the id of the step.failed event of the attempt the
+	// current attempt retries.
 	RetryOf string
+	// FailedID is the id of the current attempt's step.failed event.
+	FailedID string
 	// FailedAt is when the current attempt failed (the event's time).
 	FailedAt time.Time
 	// Heal is the healer's verdict on the current failed attempt.
@@ -185,7 +188,7 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 		}
 		if s := r.step(d.Index); s != nil && d.Attempt >= s.Attempt && s.Status != StepCompleted {
 			e := d.Error
-			s.Status, s.Attempt, s.Error, s.Output, s.FailedAt = StepFailed, d.Attempt, &e, d.Output, ev.Time()
+			s.Status, s.Attempt, s.Error, s.Output, s.FailedAt, s.FailedID = StepFailed, d.Attempt, &e, d.Output, ev.Time(), ev.ID()
 			if d.Args != nil {
 				s.Args = d.Args
 			}

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/embedded"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/services/runner/tool"
 	"github.com/heedhq/heed/tools/internal/sim"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -141,14 +143,13 @@ func runStep(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	start := func(n int) (string, error) {
-		req := runner.StartRequest{Inputs: map[string]any{"n": n}, RequestedBy: "bench"}
-		req.Skill.Source = stepSkill()
+		req := command.StartRun{Skill: command.SkillSource{Source: stepSkill()}, Inputs: map[string]any{"n": n}, RequestedBy: "bench"}
 		b, _ := json.Marshal(req)
-		m, err := nc.RequestWithContext(ctx, runner.SubjectStart, b)
+		m, err := nc.RequestWithContext(ctx, command.RunStart, b)
 		if err != nil {
 			return "", err
 		}
-		var rep runner.Reply
+		var rep command.RunReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil || rep.RunID == "" {
 			return "", fmt.Errorf("start: %s", m.Data)
 		}
@@ -308,7 +309,7 @@ func runConfirm(ctx context.Context, env *benchEnv) (*result, error) {
 	if _, err := bus.Publish(ctx, &pref); err != nil {
 		return nil, err
 	}
-	kv, err := bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+	kv, err := bus.JetStream().KeyValue(ctx, readmodel.PrefsBucket)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/indexer"
 	"github.com/spf13/cobra"
 )
 
@@ -40,12 +39,12 @@ line.`,
 			var items []item
 			seen := map[uint64]bool{}
 			read := func(filter string) error {
-				_, err := events.ReadLog(ctx, c.bus.JetStream(), events.EventStream, []string{filter}, 0, func(raw events.RawMsg) error {
+				_, err := events.ReadLog(ctx, c.Bus().JetStream(), events.EventStream, []string{filter}, 0, func(raw events.RawMsg) error {
 					if seen[raw.Seq] {
 						return nil
 					}
 					seen[raw.Seq] = true
-					ev, err := c.bus.Codec().DecodeStored(raw)
+					ev, err := c.Bus().Codec().DecodeStored(raw)
 					items = append(items, item{seq: raw.Seq, ev: ev, bad: err, raw: raw})
 					return nil
 				})
@@ -90,21 +89,13 @@ line.`,
 				}
 				return nil
 			}
-			if kv, err := c.bus.JetStream().KeyValue(ctx, indexer.Bucket); err == nil {
-				for _, kind := range events.EventKinds() {
-					if e, err := kv.Get(ctx, indexer.Key(kind, id)); err == nil {
-						var env struct {
-							Value indexer.Entry `json:"value"`
-						}
-						if json.Unmarshal(e.Value(), &env) == nil {
-							x := env.Value
-							fmt.Fprintf(out, "%s %s", x.Kind, x.ID)
-							if x.Skill != "" {
-								fmt.Fprintf(out, " (skill %s)", x.Skill)
-							}
-							fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
-						}
+			for _, kind := range events.EventKinds() {
+				if x, ok, err := c.IndexEntry(ctx, kind, id); err == nil && ok {
+					fmt.Fprintf(out, "%s %s", x.Kind, x.ID)
+					if x.Skill != "" {
+						fmt.Fprintf(out, " (skill %s)", x.Skill)
 					}
+					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
 				}
 			}
 			fmt.Fprintf(out, "%-6s %-12s  %-22s %-28s %s\n", "SEQ", "TIME", "EVENT", "AGGREGATE", "DETAIL")

@@ -1,46 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 )
-
-// request sends a command to a service and decodes its reply; a service
-// error comes back as an *events.Error with the service's code.
-func (c *client) request(ctx context.Context, subject string, req, reply any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		if err == nats.ErrNoResponders {
-			return events.Errorf(events.CodeUnavailable, "no service answers %s (is `heed up` running with every service?)", subject)
-		}
-		return events.Errorf(events.CodeUnavailable, "%s: %v", subject, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		text := string(msg.Data)
-		if text == "" {
-			text = msg.Header.Get(micro.ErrorHeader)
-		}
-		return &events.Error{Code: events.Code(code), Message: text}
-	}
-	if reply != nil {
-		return json.Unmarshal(msg.Data, reply)
-	}
-	return nil
-}
 
 // whoami names the person at the terminal.
 func whoami() string {

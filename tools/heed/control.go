@@ -1,21 +1,19 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/indexer"
-	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/services/runner/skill"
-	"github.com/heedhq/heed/services/runner/tool"
-	"github.com/nats-io/nats.go"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -30,8 +28,8 @@ func newContinueCmd(g *globals) *cobra.Command {
 			if by == "" {
 				by = whoami()
 			}
-			var reply runner.Reply
-			if err := c.request(cmd.Context(), runner.SubjectContinue, runner.ContinueRequest{RunID: args[0], Choice: choice, Reason: reason, By: by}, &reply); err != nil {
+			reply, err := c.Continue(cmd.Context(), command.ContinueRun{RunID: args[0], Choice: choice, Reason: reason, By: by})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s continues (%s)\n", reply.RunID, choice)
@@ -61,8 +59,8 @@ func newRetryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			var reply runner.Reply
-			if err := c.request(cmd.Context(), runner.SubjectRetry, runner.RetryRequest{RunID: args[0], Step: step, Args: a, Reason: reason, By: whoami()}, &reply); err != nil {
+			reply, err := c.Retry(cmd.Context(), command.RetryStep{RunID: args[0], Step: step, Args: a, Reason: reason, By: whoami()})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s: retrying\n", reply.RunID)
@@ -82,8 +80,8 @@ func newCancelCmd(g *globals) *cobra.Command {
 		Short: "Cancel a run (a running tool is stopped)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
-			var reply runner.Reply
-			if err := c.request(cmd.Context(), runner.SubjectCancel, runner.CancelRequest{RunID: args[0], Reason: reason, By: whoami()}, &reply); err != nil {
+			reply, err := c.Cancel(cmd.Context(), command.CancelRun{RunID: args[0], Reason: reason, By: whoami()})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled\n", reply.RunID)
@@ -92,35 +90,6 @@ func newCancelCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
-}
-
-// indexEntries lists index entries of one kind, newest first.
-func indexEntries(cmd *cobra.Command, c *client, kind string) ([]indexer.Entry, error) {
-	ctx := cmd.Context()
-	kv, err := c.bus.JetStream().KeyValue(ctx, indexer.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("index bucket: %w", err)
-	}
-	lister, err := kv.ListKeysFiltered(ctx, kind+".>")
-	if err != nil {
-		return nil, err
-	}
-	var out []indexer.Entry
-	for k := range lister.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var env struct {
-			Deleted bool          `json:"deleted"`
-			Value   indexer.Entry `json:"value"`
-		}
-		if json.Unmarshal(e.Value(), &env) == nil && !env.Deleted {
-			out = append(out, env.Value)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Last.Time.After(out[j].Last.Time) })
-	return out, nil
 }
 
 func newRunsCmd(g *globals) *cobra.Command {
@@ -132,12 +101,12 @@ func newRunsCmd(g *globals) *cobra.Command {
 		Short: "List recent runs and their state",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
-			entries, err := indexEntries(cmd, c, "run")
+			entries, err := c.Index(cmd.Context(), "run")
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			var shown []indexer.Entry
+			var shown []readmodel.IndexEntry
 			for _, e := range entries {
 				if status != "" && e.Status != status {
 					continue
@@ -191,16 +160,16 @@ unless --yes answers with the proceed option.`,
 			} else if id, err = nextPending(cmd, c); err != nil {
 				return err
 			}
-			st, err := confirm.Load(ctx, c.bus, id)
+			st, err := c.Confirmation(ctx, id)
 			if err != nil {
 				return err
 			}
 			var res promptResult
 			if yes {
 				start := time.Now()
-				choice := confirm.ProceedChoice(st.Request)
-				_, err = confirm.Answer(ctx, c.bus, "heed/cli", id, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodOverride, By: whoami(), Channel: "cli", Reason: "--yes"})
-				res = promptResult{Choice: choice, Method: events.MethodOverride, By: whoami(), Duration: time.Since(start)}
+				var a command.AnswerReply
+				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: whoami(), Channel: "cli", Reason: "--yes"})
+				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start)}
 			} else {
 				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
 				if errors.Is(err, errNoTerminal) {
@@ -220,7 +189,7 @@ unless --yes answers with the proceed option.`,
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option (override) instead of asking")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
-	var reason, by string
+	var reason, by, remember string
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
 		Short: "Answer a confirmation (the first answer wins; later ones are refused)",
@@ -229,22 +198,23 @@ unless --yes answers with the proceed option.`,
 			if by == "" {
 				by = whoami()
 			}
-			st, err := confirm.Answer(cmd.Context(), c.bus, "heed/cli", args[0], events.ConfirmAnsweredData{Choice: args[1], Method: events.MethodUser, By: by, Channel: "cli", Reason: reason})
+			a, err := c.Answer(cmd.Context(), command.AnswerConfirmation{ID: args[0], Choice: args[1], By: by, Channel: "cli", Reason: reason, Remember: remember})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "answered %s: %s\n", st.ID, args[1])
+			fmt.Fprintf(cmd.OutOrStdout(), "answered %s: %s (by %s)\n", a.ID, a.Choice, a.By)
 			return nil
 		}),
 	}
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
+	answer.Flags().StringVar(&remember, "remember", "", "remember the choice: skill_step (always for this skill step), error, or ask_again")
 	show := &cobra.Command{
 		Use:   "show CONFIRM-ID",
 		Short: "Show a confirmation: the question, its options and its answer",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
-			st, err := confirm.Load(cmd.Context(), c.bus, args[0])
+			st, err := c.Confirmation(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -257,14 +227,14 @@ unless --yes answers with the proceed option.`,
 		Short: "List confirmations waiting for an answer",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
-			entries, err := indexEntries(cmd, c, "confirm")
+			entries, err := c.Index(cmd.Context(), "confirm")
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			n := 0
 			for _, e := range entries {
-				if e.Status != "pending" {
+				if !e.Open() {
 					continue
 				}
 				n++
@@ -283,39 +253,45 @@ unless --yes answers with the proceed option.`,
 // nextPending returns the oldest confirmation waiting for an answer, or
 // waits for the next request.
 func nextPending(cmd *cobra.Command, c *client) (string, error) {
-	ctx := cmd.Context()
-	reqs := make(chan *nats.Msg, 16)
-	sub, err := c.nc.ChanSubscribe("heed.confirm.*.requested", reqs)
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	pending, err := c.WatchPending(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	entries, err := indexEntries(cmd, c, "confirm")
-	if err != nil {
-		return "", err
-	}
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].Status == "pending" || entries[i].Status == "delegated" {
-			return entries[i].ID, nil
-		}
-	}
-	fmt.Fprintln(cmd.ErrOrStderr(), "waiting for a confirmation request (Ctrl-C to stop)")
+	hint := time.After(300 * time.Millisecond)
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	var candidate string
 	for {
 		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case m := <-reqs:
-			if _, id, _, ok := events.ParseSubject(m.Subject); ok {
-				time.Sleep(50 * time.Millisecond) // let the router's fast layers answer first
-				if st, err := confirm.Load(ctx, c.bus, id); err == nil && st.Open() {
-					return id, nil
-				}
+		case <-cmd.Context().Done():
+			return "", cmd.Context().Err()
+		case <-hint:
+			if candidate == "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "waiting for a confirmation request (Ctrl-C to stop)")
+			}
+		case <-settle.C:
+			// The request outlived the router's fast layers (a rule, a
+			// remembered choice): a person is needed.
+			return candidate, nil
+		case p, ok := <-pending:
+			if !ok {
+				return "", events.Errorf(events.CodeUnavailable, "lost the watch of pending confirmations")
+			}
+			switch {
+			case p.Closed && p.ID == candidate:
+				candidate = ""
+				settle.Stop()
+			case !p.Closed && candidate == "":
+				candidate = p.ID
+				settle.Reset(50 * time.Millisecond)
 			}
 		}
 	}
 }
 
-func printConfirm(w writer, st *confirm.State) {
+func printConfirm(w writer, st *confirmation.State) {
 	r := st.Request
 	if r.Title != "" {
 		fmt.Fprintf(w, "%s\n", r.Title)

@@ -1,44 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/spf13/cobra"
 )
-
-// bucketValues reads every live value of a projection bucket.
-func bucketValues(cmd *cobra.Command, c *client, bucket string, each func(key string, v json.RawMessage)) error {
-	ctx := cmd.Context()
-	kv, err := c.bus.JetStream().KeyValue(ctx, bucket)
-	if err != nil {
-		return fmt.Errorf("bucket %s (is the learner running?): %w", bucket, err)
-	}
-	keys, err := kv.Keys(ctx)
-	if err != nil && err != jetstream.ErrNoKeysFound {
-		return err
-	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var env struct {
-			Deleted bool            `json:"deleted"`
-			Value   json.RawMessage `json:"value"`
-		}
-		if json.Unmarshal(e.Value(), &env) == nil && !env.Deleted {
-			each(k, env.Value)
-		}
-	}
-	return nil
-}
 
 func newFixesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "fixes", Short: "Show, teach and revoke learned fixes"}
@@ -48,16 +19,10 @@ func newFixesCmd(g *globals) *cobra.Command {
 		Short: "List learned fixes with their confidence",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
-			var fixes []learner.Fix
-			if err := bucketValues(cmd, c, learner.FixesBucket, func(_ string, v json.RawMessage) {
-				var f learner.Fix
-				if json.Unmarshal(v, &f) == nil {
-					fixes = append(fixes, f)
-				}
-			}); err != nil {
+			fixes, err := c.Fixes(cmd.Context())
+			if err != nil {
 				return err
 			}
-			sort.Slice(fixes, func(i, j int) bool { return fixes[i].LearnedAt.Before(fixes[j].LearnedAt) })
 			out := cmd.OutOrStdout()
 			if asJSON {
 				printJSON(out, fixes)
@@ -111,7 +76,7 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 				return err
 			}
 			defer c.close()
-			data := events.FixLearnedData{Tool: toolName, ErrorPattern: learner.ErrorSignature(pattern), Match: pattern,
+			data := events.FixLearnedData{Tool: toolName, ErrorPattern: events.ErrorSignature(pattern), Match: pattern,
 				RootCause: rootCause, Description: description, Source: events.FixFromPerson, By: whoami()}
 			if len(patch) > 0 {
 				data.ArgsPatch = patch
@@ -124,7 +89,7 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 			if err != nil {
 				return err
 			}
-			if _, err := c.bus.Publish(cmd.Context(), &ev); err != nil {
+			if _, err := c.Bus().Publish(cmd.Context(), &ev); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "learned %s: %s failing with %q → %s\n", id, toolName, pattern, description)
@@ -157,7 +122,7 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 			if err != nil {
 				return err
 			}
-			if _, err := c.bus.Publish(cmd.Context(), &ev); err != nil {
+			if _, err := c.Bus().Publish(cmd.Context(), &ev); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
@@ -171,20 +136,20 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 
 // statsReport is `heed stats`: the seed's memory_stats.
 type statsReport struct {
-	AutoHealRate   float64                   `json:"auto_heal_rate"`
-	TotalFailures  int                       `json:"total_failures"`
-	AutoFixed      int                       `json:"auto_fixed"`
-	AgentFixed     int                       `json:"agent_fixed"`
-	ManualRequired int                       `json:"manual_required"`
-	GaveUp         int                       `json:"gave_up"`
-	ByType         map[string]int            `json:"by_type"`
-	FixesLearned   int                       `json:"fixes_learned"`
-	FixesActive    int                       `json:"fixes_active"`
-	PatternsActive int                       `json:"patterns_active"`
-	Patterns       int                       `json:"patterns"`
-	Daily          map[string]learner.Period `json:"daily"`
-	Weekly         map[string]learner.Period `json:"weekly"`
-	Decisions      []learner.Decision        `json:"decisions"`
+	AutoHealRate   float64                     `json:"auto_heal_rate"`
+	TotalFailures  int                         `json:"total_failures"`
+	AutoFixed      int                         `json:"auto_fixed"`
+	AgentFixed     int                         `json:"agent_fixed"`
+	ManualRequired int                         `json:"manual_required"`
+	GaveUp         int                         `json:"gave_up"`
+	ByType         map[string]int              `json:"by_type"`
+	FixesLearned   int                         `json:"fixes_learned"`
+	FixesActive    int                         `json:"fixes_active"`
+	PatternsActive int                         `json:"patterns_active"`
+	Patterns       int                         `json:"patterns"`
+	Daily          map[string]readmodel.Period `json:"daily"`
+	Weekly         map[string]readmodel.Period `json:"weekly"`
+	Decisions      []readmodel.Decision        `json:"decisions"`
 }
 
 func newStatsCmd(g *globals) *cobra.Command {
@@ -195,45 +160,37 @@ func newStatsCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			var rep statsReport
-			var st learner.FailureStats
-			if err := bucketValues(cmd, c, learner.StatsBucket, func(k string, v json.RawMessage) {
-				if k == learner.StatsKey {
-					_ = json.Unmarshal(v, &st)
-				}
-			}); err != nil {
+			ctx := cmd.Context()
+			st, err := c.Stats(ctx)
+			if err != nil {
 				return err
 			}
 			rep.AutoHealRate, rep.TotalFailures, rep.AutoFixed, rep.AgentFixed = st.AutoHealRate(), st.TotalFailures, st.AutoFixed, st.AgentFixed
 			rep.ManualRequired, rep.GaveUp, rep.ByType, rep.FixesLearned = st.ManualRequired, st.GaveUp, st.ByType, st.FixesLearned
 			rep.Daily, rep.Weekly = st.Daily, st.Weekly
-			_ = bucketValues(cmd, c, learner.FixesBucket, func(_ string, v json.RawMessage) {
-				var f learner.Fix
-				if json.Unmarshal(v, &f) == nil && f.Usable() {
+			fixes, err := c.Fixes(ctx)
+			if err != nil {
+				return err
+			}
+			for _, f := range fixes {
+				if f.Usable() {
 					rep.FixesActive++
 				}
-			})
+			}
+			patterns, err := c.Patterns(ctx)
+			if err != nil {
+				return err
+			}
 			now := time.Now()
-			_ = bucketValues(cmd, c, learner.PatternsBucket, func(k string, v json.RawMessage) {
-				if !strings.HasPrefix(k, "pat-") {
-					return
+			for _, p := range patterns {
+				rep.Patterns++
+				if p.Active(now, 0) {
+					rep.PatternsActive++
 				}
-				var p learner.Pattern
-				if json.Unmarshal(v, &p) == nil {
-					rep.Patterns++
-					if p.Active(now, 0) {
-						rep.PatternsActive++
-					}
-				}
-			})
-			_ = bucketValues(cmd, c, learner.DecisionsBucket, func(k string, v json.RawMessage) {
-				if !strings.HasPrefix(k, "op.") {
-					return
-				}
-				var d learner.Decision
-				if json.Unmarshal(v, &d) == nil {
-					rep.Decisions = append(rep.Decisions, d)
-				}
-			})
+			}
+			if rep.Decisions, err = c.Decisions(ctx); err != nil {
+				return err
+			}
 			sort.Slice(rep.Decisions, func(i, j int) bool { return rep.Decisions[i].Count > rep.Decisions[j].Count })
 			out := cmd.OutOrStdout()
 			if asJSON {

@@ -2,11 +2,8 @@ package main
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -24,25 +21,10 @@ func newPrefsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			kv, err := c.bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+			prefs, err := c.Prefs(ctx)
 			if err != nil {
-				return fmt.Errorf("preferences bucket (is the learner running?): %w", err)
-			}
-			keys, err := kv.Keys(ctx)
-			if err != nil && err != jetstream.ErrNoKeysFound {
 				return err
 			}
-			var prefs []learner.Pref
-			for _, k := range keys {
-				e, err := kv.Get(ctx, k)
-				if err != nil {
-					continue
-				}
-				if p, ok := learner.ReadPref(e.Value()); ok {
-					prefs = append(prefs, p)
-				}
-			}
-			sort.Slice(prefs, func(i, j int) bool { return prefs[i].SetAt.Before(prefs[j].SetAt) })
 			out := cmd.OutOrStdout()
 			if asJSON {
 				printJSON(out, prefs)
@@ -80,22 +62,18 @@ func newPrefsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			kv, err := c.bus.JetStream().KeyValue(ctx, learner.PrefsBucket)
+			p, ok, err := c.Pref(ctx, id)
 			if err != nil {
 				return err
 			}
-			e, err := kv.Get(ctx, id)
-			if err != nil {
+			if !ok {
 				return events.Errorf(events.CodeNotFound, "no remembered choice %q (see heed prefs list)", id)
 			}
-			if _, ok := learner.ReadPref(e.Value()); !ok {
-				return events.Errorf(events.CodeNotFound, "%q is already forgotten", id)
-			}
-			ev, err := events.NewEvent(events.PrefForgotten, id, fmt.Sprintf("%s/forget/%d", id, e.Revision()), "heed/cli", events.PrefForgottenData{By: whoami(), Reason: reason})
+			ev, err := events.NewEvent(events.PrefForgotten, id, fmt.Sprintf("%s/forget/%s", id, p.LearnedFrom), "heed/cli", events.PrefForgottenData{By: whoami(), Reason: reason})
 			if err != nil {
 				return err
 			}
-			if _, err := c.bus.Publish(ctx, &ev); err != nil {
+			if _, err := c.Bus().Publish(ctx, &ev); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: heed will ask again\n", id)

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/confirm"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
@@ -36,7 +37,7 @@ const defaultPromptTimeout = 300 * time.Second
 // numbered options, a live countdown with a spinner, Enter for the default,
 // a digit for that option, 'a' to remember the choice, Ctrl-C to cancel.
 // An answer from any other channel (or the deadline) ends it too.
-func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out io.Writer) (promptResult, error) {
+func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File, out io.Writer) (promptResult, error) {
 	start := time.Now()
 	if !term.IsTerminal(int(in.Fd())) {
 		return promptResult{}, errNoTerminal
@@ -48,13 +49,13 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 	// messages, perhaps the one that won, and nats.go then writes "slow
 	// consumer" over the prompt.
 	answered := make(chan *nats.Msg, 256)
-	sub, err := c.nc.ChanSubscribe(events.ConfirmAnswered.Subject(st.ID), answered)
+	sub, err := c.Conn().ChanSubscribe(events.ConfirmAnswered.Subject(st.ID), answered)
 	if err != nil {
 		return promptResult{}, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// It may have been answered before we subscribed.
-	if now, err := confirm.Load(ctx, c.bus, st.ID); err == nil && now.Answer != nil {
+	if now, err := c.Confirmation(ctx, st.ID); err == nil && now.Answer != nil {
 		return fromAnswer(now.Answer, start), nil
 	}
 
@@ -63,7 +64,7 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 		timeout = defaultPromptTimeout
 	}
 	deadline := st.RequestedAt.Add(timeout)
-	def := confirm.DefaultChoice(req)
+	def := st.Gate.Default
 
 	w := &crlf{w: out}
 	fmt.Fprintln(w)
@@ -119,17 +120,16 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 	draw()
 	choose := func(choice string) (promptResult, error) {
 		fmt.Fprint(out, "\r\033[K")
-		_, err := confirm.Answer(ctx, c.bus, "heed/cli", st.ID, events.ConfirmAnsweredData{
-			Choice: choice, Method: events.MethodUser, By: whoami(), Channel: "terminal", Remember: remember,
-		})
-		var already *confirm.AlreadyAnsweredError
-		if errors.As(err, &already) {
-			return promptResult{Choice: already.Choice, Method: already.Method, By: already.By, Duration: time.Since(start)}, nil
+		a, err := c.Answer(ctx, command.AnswerConfirmation{ID: st.ID, Choice: choice, By: whoami(), Channel: "terminal", Remember: remember})
+		var late *command.ErrorReply
+		if errors.As(err, &late) && late.Answer != nil {
+			w := late.Answer
+			return promptResult{Choice: w.Choice, Method: w.Method, By: w.By, Duration: time.Since(start)}, nil
 		}
 		if err != nil {
 			return promptResult{}, err
 		}
-		return promptResult{Choice: choice, Method: events.MethodUser, By: whoami(), Remember: remember, Duration: time.Since(start)}, nil
+		return promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Remember: remember, Duration: time.Since(start)}, nil
 	}
 	timedOut := false
 	for {
@@ -139,13 +139,14 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 			return promptResult{}, ctx.Err()
 		case m := <-answered:
 			fmt.Fprint(out, "\r\033[K")
-			ev, err := c.bus.Codec().Decode(m)
-			if err == nil {
-				if now, err := confirm.Load(ctx, c.bus, st.ID); err == nil && now.Answer != nil {
+			// Only the answer that takes effect ends the prompt: a refused
+			// one (a wrong choice, a late one) does not.
+			if _, err := c.Bus().Codec().Decode(m); err == nil {
+				if now, err := c.Confirmation(ctx, st.ID); err == nil && now.Answer != nil {
 					return fromAnswer(now.Answer, start), nil
 				}
 			}
-			_ = ev
+			draw()
 		case k, ok := <-keys:
 			if !ok {
 				keys = nil
@@ -176,19 +177,18 @@ func prompt(ctx context.Context, c *client, st *confirm.State, in *os.File, out 
 			}
 			if timedOut && time.Since(deadline) > 5*time.Second {
 				// No router answered the deadline: apply the default here,
-				// with the router's own event id so only one is stored.
+				// through the same first-answer gate and with the router's
+				// own event id, so only one timeout is ever stored.
 				fmt.Fprint(out, "\r\033[K")
-				_, err := confirm.Answer(ctx, c.bus, "heed/cli", st.ID, events.ConfirmAnsweredData{
-					Choice: def, Method: events.MethodTimeout, By: "heed/cli", Reason: "no answer before the deadline",
-				}, confirm.WithEventID(st.ID+"/answer/timeout"))
-				var already *confirm.AlreadyAnsweredError
-				if errors.As(err, &already) {
-					return promptResult{Choice: already.Choice, Method: already.Method, By: already.By, Duration: time.Since(start)}, nil
+				now, err := confirmation.Answer(ctx, c.Bus(), "heed/cli", st.ID, events.ConfirmAnsweredData{
+					Choice: def, Method: events.MethodTimeout, By: "heed/cli", Channel: "terminal", Reason: "no answer before the deadline",
+				}, confirmation.WithEventID(st.ID+"/answer/timeout"))
+				if now != nil && now.Answer != nil {
+					return fromAnswer(now.Answer, start), nil
 				}
 				if err != nil {
 					return promptResult{}, err
 				}
-				return promptResult{Choice: def, Method: events.MethodTimeout, By: "heed/cli", Duration: time.Since(start)}, nil
 			}
 			draw()
 		}

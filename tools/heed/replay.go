@@ -36,7 +36,7 @@ projection differs.`,
 			out := cmd.OutOrStdout()
 			differ := 0
 			for _, p := range projections() {
-				rep, err := events.Replay(ctx, c.bus, p, events.DefaultTopology())
+				rep, err := events.Replay(ctx, c.Bus(), p, events.DefaultTopology())
 				if err != nil {
 					return fmt.Errorf("replay %s: %w", p.Name(), err)
 				}

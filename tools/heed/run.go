@@ -12,11 +12,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/services/runner/skill"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/skill"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -61,10 +58,8 @@ Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled.`,
 				return err
 			}
 			defer c.close()
-			req := runner.StartRequest{Inputs: in, Yes: yes, Agent: agent, RequestedBy: whoami()}
-			req.Skill.Source, req.Skill.File = string(src), args[0]
-			var reply runner.Reply
-			if err := c.request(ctx, runner.SubjectStart, req, &reply); err != nil {
+			reply, err := c.StartRun(ctx, command.StartRun{Skill: command.SkillSource{Source: string(src), File: args[0]}, Inputs: in, Yes: yes, Agent: agent, RequestedBy: whoami()})
+			if err != nil {
 				if events.CodeOf(err) == events.CodeInvalidRequest {
 					return &exitError{code: exitUsage, msg: err.Error()}
 				}
@@ -88,39 +83,17 @@ Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled.`,
 // follow prints a run's events until it ends and returns its exit status.
 func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 	tty := isTerminal(out)
-	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SubjectFilter("run", runID)},
-	})
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	go func() { <-ctx.Done(); it.Stop() }()
 	p := &progress{out: out, tty: tty}
 	interactive := tty && term.IsTerminal(int(os.Stdin.Fd()))
 	defer p.clear()
 	stopSpin := p.spin()
 	defer stopSpin()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return &exitError{code: 130, msg: fmt.Sprintf("stopped following; run %s goes on (heed audit %s)", runID, runID)}
-			}
-			return err
-		}
-		ev, err := c.bus.Codec().Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			continue
-		}
+	code := -1
+	err := c.FollowRun(ctx, runID, func(ev *events.Event) (bool, error) {
 		if interactive && events.Type(ev.Type()) == events.RunPaused {
 			var pd events.RunPausedData
 			if json.Unmarshal(ev.Data(), &pd) == nil && pd.Reason == events.PauseAwaitingConfirmation {
-				if st, err := confirm.Load(ctx, c.bus, pd.ConfirmID); err == nil && st.Open() {
+				if st, err := c.Confirmation(ctx, pd.ConfirmID); err == nil && st.Open() {
 					p.lock()
 					p.current = ""
 					p.clear()
@@ -128,7 +101,7 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 					if err == nil {
 						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
 						p.unlock()
-						continue
+						return false, nil
 					}
 					// Not answered here: say why, then show the pause and
 					// how to answer it from elsewhere instead of going quiet.
@@ -139,13 +112,22 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 				}
 			}
 		}
-		if code, done := p.event(ev); done {
-			if code == exitCompleted {
-				return nil
-			}
-			return &exitError{code: code}
+		status, done := p.event(ev)
+		if done {
+			code = status
 		}
+		return done, nil
+	})
+	if ctx.Err() != nil {
+		return &exitError{code: 130, msg: fmt.Sprintf("stopped following; run %s goes on (heed audit %s)", runID, runID)}
 	}
+	if err != nil {
+		return err
+	}
+	if code == exitCompleted {
+		return nil
+	}
+	return &exitError{code: code}
 }
 
 // progress renders run events for a person.

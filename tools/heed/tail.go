@@ -41,7 +41,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 				t := time.Now().Add(-since)
 				cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
 			}
-			cons, err := c.bus.JetStream().OrderedConsumer(ctx, stream, cfg)
+			cons, err := c.Bus().JetStream().OrderedConsumer(ctx, stream, cfg)
 			if err != nil {
 				return fmt.Errorf("tail %v: %w", filters, err)
 			}
@@ -70,7 +70,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 				if meta != nil {
 					raw.Seq = meta.Sequence.Stream
 				}
-				printRaw(out, c.bus.Codec(), raw, stream, asJSON)
+				printRaw(out, c.Bus().Codec(), raw, stream, asJSON)
 			}
 		},
 	}

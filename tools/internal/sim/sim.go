@@ -21,13 +21,14 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/services/runner/tool"
 	"github.com/nats-io/nats.go"
 )
 
@@ -300,19 +301,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // runOne starts a run and waits for it to end.
 func (e *env) runOne(ctx context.Context, inputs map[string]any) (string, error) {
-	req := runner.StartRequest{Inputs: inputs, Yes: true, Agent: "agent/sim", RequestedBy: "heed-sim"}
-	req.Skill.Source = Skill
+	req := command.StartRun{Skill: command.SkillSource{Source: Skill}, Inputs: inputs, Yes: true, Agent: "agent/sim", RequestedBy: "heed-sim"}
 	body, _ := json.Marshal(req)
 	ends := make(chan struct{}, 1)
 	var id string
 	var mu sync.Mutex
 	// Subscribe before starting so the end is never missed: the run id is
 	// not known yet, so filter after.
-	reply, err := e.nc.RequestWithContext(ctx, runner.SubjectStart, body)
+	reply, err := e.nc.RequestWithContext(ctx, command.RunStart, body)
 	if err != nil {
 		return "", err
 	}
-	var rep runner.Reply
+	var rep command.RunReply
 	if err := json.Unmarshal(reply.Data, &rep); err != nil || rep.RunID == "" {
 		return "", fmt.Errorf("start: %s", reply.Data)
 	}
@@ -407,15 +407,15 @@ func (e *env) agent(ctx context.Context) (func(), *atomic.Int64, error) {
 		go func() {
 			for _, k := range kinds {
 				if k.taught && strings.Contains(msg, fmt.Sprint(k.bad)) {
-					body, _ := json.Marshal(runner.RetryRequest{RunID: ev.Subject(), Step: d.Step, Args: map[string]any{k.arg: k.good}, By: "agent/sim", Reason: "corrected " + k.arg})
-					if _, err := e.nc.RequestWithContext(ctx, runner.SubjectRetry, body); err == nil {
+					body, _ := json.Marshal(command.RetryStep{RunID: ev.Subject(), Step: d.Step, Args: map[string]any{k.arg: k.good}, By: "agent/sim", Reason: "corrected " + k.arg})
+					if _, err := e.nc.RequestWithContext(ctx, command.RunRetry, body); err == nil {
 						taught.Add(1)
 					}
 					return
 				}
 			}
-			body, _ := json.Marshal(runner.ContinueRequest{RunID: ev.Subject(), By: "agent/sim", Reason: "cannot fix"})
-			_, _ = e.nc.RequestWithContext(ctx, runner.SubjectContinue, body)
+			body, _ := json.Marshal(command.ContinueRun{RunID: ev.Subject(), By: "agent/sim", Reason: "cannot fix"})
+			_, _ = e.nc.RequestWithContext(ctx, command.RunContinue, body)
 		}()
 	})
 	if err != nil {
@@ -500,7 +500,7 @@ func (e *env) report(ctx context.Context, runIDs []string, d time.Duration) (*Re
 			return nil
 		}
 		for _, k := range kinds {
-			if k.taught && learner.ErrorSignature(k.message) == f.ErrorPattern {
+			if k.taught && events.ErrorSignature(k.message) == f.ErrorPattern {
 				if _, ok := firstTaught[k.name]; !ok {
 					firstTaught[k.name] = ev.Time()
 				}

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/lib/skill"
 	"gopkg.in/yaml.v3"
 )
 

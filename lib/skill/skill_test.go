@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/lib/skill"
 )
 
 // examples are the skills shipped in skills/: they must always load.

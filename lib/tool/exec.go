@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/heedhq/heed/services/runner/skill"
+	"github.com/heedhq/heed/lib/skill"
 )
 
 // runExec runs an exec tool without a shell: every argv template renders to

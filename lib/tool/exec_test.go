@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heedhq/heed/services/runner/tool"
+	"github.com/heedhq/heed/lib/tool"
 )
 
 // TestMain turns the test binary into the programs exec tools run, chosen by

@@ -1,4 +1,4 @@
-package learner
+package events
 
 import (
 	"regexp"

@@ -1,0 +1,156 @@
+// Package client is how Go programs use heed: the CLI, the terminal
+// prompt, the console, the desktop and chat bridges, the MCP server and
+// any Go agent. It speaks only heed's contract over NATS (commands on
+// heed.cmd.>, events in HEED_EVENTS, the read-model buckets), exactly as a
+// client in any other language would, so it works against `heed up` on a
+// laptop or a NATS cluster alike.
+//
+//	c, err := client.Connect(ctx, "nats://127.0.0.1:4222", client.Name("my-bot"))
+//	run, err := c.StartRun(ctx, command.StartRun{Skill: command.SkillSource{Source: yaml}})
+//	out, err := c.WaitRun(ctx, run.RunID)
+package client
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultURL is where heed up listens unless told otherwise.
+const DefaultURL = "nats://127.0.0.1:4222"
+
+// URL is the NATS URL to use: url if set, else $HEED_NATS_URL, else
+// DefaultURL.
+func URL(url string) string {
+	if url != "" {
+		return url
+	}
+	if v := os.Getenv("HEED_NATS_URL"); v != "" {
+		return v
+	}
+	return DefaultURL
+}
+
+// Client is a connection to heed. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	owned   bool
+	bus     *events.Bus
+	source  string
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option interface{ apply(*options) }
+
+type options struct {
+	name     string
+	source   string
+	timeout  time.Duration
+	natsOpts []nats.Option
+}
+
+// Name names the NATS connection (shown by `nats server report connections`).
+type Name string
+
+func (n Name) apply(o *options) { o.name = string(n) }
+
+// Source is the CloudEvents source of the events this client writes
+// (preferences and fixes forgotten or taught by a person). Default
+// "heed/client".
+type Source string
+
+func (s Source) apply(o *options) { o.source = string(s) }
+
+// Timeout bounds every command call that has no earlier deadline.
+// Default 20s.
+type Timeout time.Duration
+
+func (t Timeout) apply(o *options) { o.timeout = time.Duration(t) }
+
+// NATSOptions are passed to nats.Connect (credentials, TLS).
+type NATSOptions []nats.Option
+
+func (n NATSOptions) apply(o *options) { o.natsOpts = append(o.natsOpts, n...) }
+
+func resolve(opts []Option) options {
+	o := options{name: "heed-client", source: "heed/client", timeout: 20 * time.Second}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return o
+}
+
+// Connect dials NATS at url (see URL) and checks that heed's event stream
+// is there.
+func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
+	o := resolve(opts)
+	url = URL(url)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(o.name), nats.Timeout(3 * time.Second)}, o.natsOpts...)...)
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("cannot reach NATS at %s (is `heed up` running? set --nats-url or HEED_NATS_URL): %v", url, err), Err: err}
+	}
+	c, err := newClient(nc, o)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.owned = true
+	if _, err := c.bus.JetStream().Stream(ctx, events.EventStream); err != nil {
+		nc.Close()
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`): %v", url, err), Err: err}
+	}
+	return c, nil
+}
+
+// New returns a client over an existing connection, which stays the
+// caller's to close.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	return newClient(nc, resolve(opts))
+}
+
+func newClient(nc *nats.Conn, o options) (*Client, error) {
+	v, err := events.NewValidator()
+	if err != nil {
+		return nil, err
+	}
+	bus, err := events.NewBus(nc, events.NewCodec(v))
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, bus: bus, source: o.source, timeout: o.timeout}, nil
+}
+
+// Close drains the connection if the client dialled it.
+func (c *Client) Close() {
+	if c.owned {
+		_ = c.nc.Drain()
+	}
+}
+
+// Conn is the client's NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Bus is the client's validating event bus (read the log, publish events).
+func (c *Client) Bus() *events.Bus { return c.bus }
+
+// JetStream is the client's JetStream context.
+func (c *Client) JetStream() jetstream.JetStream { return c.bus.JetStream() }
+
+// Publish validates ev and writes it to the log; its source is the
+// client's unless set.
+func (c *Client) Publish(ctx context.Context, ev *events.Event) error {
+	if ev.Source() == "" {
+		ev.SetSource(c.source)
+	}
+	_, err := c.bus.Publish(ctx, ev)
+	return err
+}
+
+// SourceName is the CloudEvents source of the events this client writes.
+func (c *Client) SourceName() string { return c.source }

@@ -1,0 +1,14 @@
+module github.com/heedhq/heed/client
+
+go 1.26.8
+
+require (
+	github.com/heedhq/heed/events v0.0.0
+	github.com/heedhq/heed/lib v0.0.0
+)
+
+replace (
+	github.com/heedhq/heed/events => ../events
+	github.com/heedhq/heed/lib => ../lib
+	github.com/heedhq/heed/schemas => ../schemas
+)

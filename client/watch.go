@@ -1,0 +1,210 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// follow delivers every stored event on filter from the start of the log
+// (after sequence after), in order, until fn returns done or an error, or
+// ctx ends. It reads only what JetStream stored, so whatever it saw a
+// command will see too.
+func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq uint64, ev *events.Event) (done bool, err error)) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.EventStream, cfg)
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		ev, err := c.bus.Codec().DecodeStored(events.RawMsg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data(), Seq: meta.Sequence.Stream, Stored: meta.Timestamp})
+		if err != nil {
+			continue // refused by the gate: not part of the aggregate
+		}
+		done, err := fn(meta.Sequence.Stream, ev)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// FollowRun calls fn for each event of a run in log order, from its first,
+// until fn says done, the run ends (completed, failed or cancelled: the
+// ending event is passed to fn), or ctx ends.
+func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events.Event) (done bool, err error)) error {
+	if !events.ValidID(runID) {
+		return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
+	}
+	return c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_ uint64, ev *events.Event) (bool, error) {
+		done, err := fn(ev)
+		if err != nil || done {
+			return done, err
+		}
+		switch events.Type(ev.Type()) {
+		case events.RunCompleted, events.RunFailed, events.RunCancelled:
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// Outcome is how a run ended.
+type Outcome struct {
+	RunID  string
+	Status string // completed, failed, cancelled
+	Event  *events.Event
+	// Completed, Failed or Cancelled holds the ending event's data.
+	Completed *events.RunCompletedData
+	Failed    *events.RunFailedData
+	Cancelled *events.RunCancelledData
+}
+
+// WaitRun waits until the run ends and returns how. (A failed run can be
+// resumed by a retry; WaitRun returns at the first end.)
+func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
+	out := Outcome{RunID: runID}
+	err := c.FollowRun(ctx, runID, func(ev *events.Event) (bool, error) {
+		var err error
+		switch events.Type(ev.Type()) {
+		case events.RunCompleted:
+			out.Status, out.Completed = "completed", &events.RunCompletedData{}
+			err = json.Unmarshal(ev.Data(), out.Completed)
+		case events.RunFailed:
+			out.Status, out.Failed = "failed", &events.RunFailedData{}
+			err = json.Unmarshal(ev.Data(), out.Failed)
+		case events.RunCancelled:
+			out.Status, out.Cancelled = "cancelled", &events.RunCancelledData{}
+			err = json.Unmarshal(ev.Data(), out.Cancelled)
+		default:
+			return false, nil
+		}
+		out.Event = ev
+		return true, err
+	})
+	return out, err
+}
+
+// WaitAnswer waits until a confirmation has the answer that takes effect
+// (the first valid one; refused answers are skipped) and returns its state.
+func (c *Client) WaitAnswer(ctx context.Context, id string) (*confirmation.State, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
+	}
+	st := confirmation.New(id)
+	err := c.follow(ctx, events.SubjectFilter("confirm", id), 0, func(seq uint64, ev *events.Event) (bool, error) {
+		if _, err := st.Apply(ev, seq); err != nil {
+			return false, err
+		}
+		return st.Answer != nil, nil
+	})
+	return st, err
+}
+
+// Pending is a change to the set of confirmations waiting for an answer.
+type Pending struct {
+	ID    string
+	State *confirmation.State
+	// Closed: the confirmation got the answer that took effect (from any
+	// channel, a rule, the deadline); State.Answer says which.
+	Closed bool
+}
+
+// WatchPending delivers the confirmations waiting for an answer: first
+// every one open now (oldest first), then each new request as it arrives,
+// and a Closed notice when one is answered anywhere. The channel closes
+// when ctx ends or the watch fails. It is how a channel (a terminal, a
+// desktop notifier, a chat bridge, the console) learns what to offer.
+func (c *Client) WatchPending(ctx context.Context) (<-chan Pending, error) {
+	stream, err := c.bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "event stream: " + err.Error(), Err: err}
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "event stream: " + err.Error(), Err: err}
+	}
+	start := info.State.LastSeq
+	entries, err := c.Index(ctx, "confirm")
+	if err != nil {
+		return nil, err
+	}
+	open := map[string]*confirmation.State{}
+	var initial []*confirmation.State
+	for _, e := range entries {
+		if !e.Open() {
+			continue
+		}
+		st, err := c.Confirmation(ctx, e.ID)
+		if err != nil || !st.Open() {
+			continue
+		}
+		open[e.ID] = st
+		initial = append(initial, st)
+	}
+	sort.Slice(initial, func(i, j int) bool { return initial[i].RequestedAt.Before(initial[j].RequestedAt) })
+	out := make(chan Pending, 64)
+	go func() {
+		defer close(out)
+		send := func(p Pending) bool {
+			select {
+			case out <- p:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, st := range initial {
+			if !send(Pending{ID: st.ID, State: st}) {
+				return
+			}
+		}
+		_ = c.follow(ctx, "heed.confirm.>", start, func(seq uint64, ev *events.Event) (bool, error) {
+			id := ev.Subject()
+			st, tracked := open[id]
+			if !tracked {
+				if events.Type(ev.Type()) != events.ConfirmRequested {
+					return false, nil // about a confirmation closed before the watch
+				}
+				st = confirmation.New(id)
+			}
+			if _, err := st.Apply(ev, seq); err != nil {
+				return false, nil
+			}
+			switch {
+			case !tracked && st.Open():
+				open[id] = st
+				return !send(Pending{ID: id, State: st}), nil
+			case tracked && !st.Open():
+				delete(open, id)
+				return !send(Pending{ID: id, State: st, Closed: true}), nil
+			}
+			return false, nil
+		})
+	}()
+	return out, nil
+}

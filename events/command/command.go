@@ -1,0 +1,141 @@
+// Package command is the request/reply half of heed's contract: the
+// subjects of the commands heed's services answer, their request and reply
+// types (each request has a JSON Schema in schemas/commands/), and the
+// error reply every command sends. Any NATS client can call a command with
+// a plain request (`nats req heed.cmd.confirm.answer '{...}'`); Go code
+// uses the client package.
+//
+// A command that fails replies with the NATS micro error headers
+// (Nats-Service-Error-Code: one of heed's stable codes such as
+// invalid_request, not_found, conflict, unavailable; Nats-Service-Error: the
+// message on one line) and an ErrorReply as JSON body.
+package command
+
+import (
+	"time"
+
+	"github.com/heedhq/heed/events"
+)
+
+// Command subjects. Commands are never captured by a stream.
+const (
+	RunStart        = events.CommandPrefix + ".run.start"
+	RunContinue     = events.CommandPrefix + ".run.continue"
+	RunRetry        = events.CommandPrefix + ".run.retry"
+	RunCancel       = events.CommandPrefix + ".run.cancel"
+	ConfirmRequest  = events.CommandPrefix + ".confirm.request"
+	ConfirmAnswer   = events.CommandPrefix + ".confirm.answer"
+	allCommandsHelp = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}"
+)
+
+// Subjects lists every command subject.
+func Subjects() []string {
+	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer}
+}
+
+// SkillSource is a skill's YAML and where it came from.
+type SkillSource struct {
+	Source string `json:"source"`
+	File   string `json:"file,omitempty"`
+}
+
+// StartRun asks for a run of a skill (heed.cmd.run.start).
+type StartRun struct {
+	Skill       SkillSource    `json:"skill"`
+	Inputs      map[string]any `json:"inputs,omitempty"`
+	Yes         bool           `json:"yes,omitempty"`
+	Agent       string         `json:"agent,omitempty"`
+	RequestedBy string         `json:"requested_by,omitempty"`
+	// RequestID makes a retried start request start one run, not two.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// ContinueRun answers a paused run's confirmation as its agent, or lets a
+// run awaiting its agent apply the failed step's on_error
+// (heed.cmd.run.continue).
+type ContinueRun struct {
+	RunID  string `json:"run_id"`
+	Choice string `json:"choice,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+// RetryStep starts the next attempt of a failed step with corrected args,
+// merged over the failed attempt's (heed.cmd.run.retry).
+type RetryStep struct {
+	RunID  string         `json:"run_id"`
+	Step   string         `json:"step,omitempty"` // default: the failed step
+	Args   map[string]any `json:"args,omitempty"`
+	Reason string         `json:"reason,omitempty"`
+	By     string         `json:"by,omitempty"`
+}
+
+// CancelRun cancels a run (heed.cmd.run.cancel).
+type CancelRun struct {
+	RunID  string `json:"run_id"`
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+// RunReply is the reply of every run command.
+type RunReply struct {
+	RunID     string `json:"run_id"`
+	ConfirmID string `json:"confirm_id,omitempty"`
+	Status    string `json:"status,omitempty"`
+}
+
+// RequestConfirmation asks a question directly (heed.cmd.confirm.request).
+// ID is optional: an agent that chooses its own id can subscribe to
+// heed.confirm.<id>.answered first and never miss the answer.
+type RequestConfirmation struct {
+	ID string `json:"id,omitempty"`
+	events.ConfirmRequestedData
+}
+
+// ConfirmationReply says where the answer will appear.
+type ConfirmationReply struct {
+	ID            string    `json:"id"`
+	Deadline      time.Time `json:"deadline"`
+	AnswerSubject string    `json:"answer_subject"`
+}
+
+// AnswerConfirmation is a person's answer (heed.cmd.confirm.answer): By
+// is who answered, Channel where (cli, terminal, web, desktop, slack...).
+type AnswerConfirmation struct {
+	ID       string `json:"id"`
+	Choice   string `json:"choice"`
+	Reason   string `json:"reason,omitempty"`
+	By       string `json:"by"`
+	Channel  string `json:"channel,omitempty"`
+	Remember string `json:"remember,omitempty"`
+}
+
+// AnswerReply is the answer that was written.
+type AnswerReply struct {
+	ID      string    `json:"id"` // the confirmation
+	EventID string    `json:"event_id"`
+	Seq     uint64    `json:"seq"`
+	Choice  string    `json:"choice"`
+	Method  string    `json:"method"`
+	By      string    `json:"by"`
+	Channel string    `json:"channel,omitempty"`
+	RunID   string    `json:"run_id,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// ErrorReply is the JSON body of a failed command's reply. Answer names
+// the answer that took effect when an answer came too late.
+type ErrorReply struct {
+	Code    events.Code       `json:"code"`
+	Message string            `json:"message"`
+	Answer  *events.AnswerRef `json:"answer,omitempty"`
+}
+
+func (e *ErrorReply) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Answered is implemented by errors that know the answer that took effect
+// (a late answer's conflict); the error reply carries it.
+type Answered interface {
+	error
+	AnswerRef() events.AnswerRef
+}

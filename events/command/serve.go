@@ -1,0 +1,108 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Func is a typed command handler.
+type Func[Req any] func(ctx context.Context, req *Req) (any, error)
+
+// Handler turns f into a micro handler for the command on subject: the
+// request is checked against the command's schema and decoded into Req
+// (unknown fields refused), f's reply is sent as JSON, and an error as a
+// micro error reply with heed's code and an ErrorReply body. Each request
+// gets timeout to finish.
+func Handler[Req any](v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		out, err := handle(ctx, v, subject, r.Data(), f)
+		if err != nil {
+			RespondError(r, err)
+			return
+		}
+		_ = r.RespondJSON(out)
+	})
+}
+
+func handle[Req any](ctx context.Context, v *events.Validator, subject string, body []byte, f Func[Req]) (any, error) {
+	if err := v.ValidateCommand(subject, body); err != nil {
+		return nil, err
+	}
+	var req Req
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%s: the request is not valid JSON for this command: %v", subject, err)
+	}
+	return f(ctx, &req)
+}
+
+// RespondError sends err as a micro error reply.
+func RespondError(r micro.Request, err error) {
+	reply := ErrorReply{Code: events.CodeOf(err), Message: err.Error()}
+	var e *events.Error
+	if errors.As(err, &e) && e.Message != "" {
+		reply.Message = e.Message
+	}
+	var a Answered
+	if errors.As(err, &a) {
+		ref := a.AnswerRef()
+		reply.Answer = &ref
+	}
+	body, _ := json.Marshal(reply)
+	_ = r.Error(string(reply.Code), oneLine(reply.Message), body)
+}
+
+// DecodeReply reads a command's reply into out (nil: ignore the body). A
+// micro error reply comes back as an *events.Error with the command's code
+// and message, wrapping the *ErrorReply.
+func DecodeReply(subject string, msg *nats.Msg, out any) error {
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		reply := &ErrorReply{Code: events.Code(code), Message: msg.Header.Get(micro.ErrorHeader)}
+		var body ErrorReply
+		if json.Unmarshal(msg.Data, &body) == nil && body.Message != "" {
+			reply.Message, reply.Answer = body.Message, body.Answer
+		} else if len(msg.Data) > 0 {
+			reply.Message = string(msg.Data)
+		}
+		return &events.Error{Code: reply.Code, Message: reply.Message, Err: reply}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return events.Errorf(events.CodeInternal, "%s: reply is not the expected JSON: %v", subject, err)
+	}
+	return nil
+}
+
+// Call sends a command over nc and decodes its reply into out.
+func Call(ctx context.Context, nc *nats.Conn, subject string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return events.Errorf(events.CodeUnavailable, "no service answers %s (is heed running with every service? commands: %s)", subject, allCommandsHelp)
+		}
+		return &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("%s: %v", subject, err), Err: err}
+	}
+	return DecodeReply(subject, msg, out)
+}
+
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", "; ")
+}

@@ -1,0 +1,64 @@
+package readmodel
+
+import "time"
+
+// IndexKey is the heed_index key of an aggregate.
+func IndexKey(kind, id string) string { return kind + "." + id }
+
+// EventRef points at one event in the log.
+type EventRef struct {
+	ID   string    `json:"id"`
+	Type string    `json:"type"`
+	Time time.Time `json:"time"`
+}
+
+// IndexEntry is the index's view of one aggregate (a run, a confirmation,
+// a preference, a fix).
+type IndexEntry struct {
+	ID     string   `json:"id"`
+	Kind   string   `json:"kind"`
+	Status string   `json:"status"`
+	Count  int      `json:"count"`
+	First  EventRef `json:"first"`
+	Last   EventRef `json:"last"`
+	// Run fields.
+	Skill  string `json:"skill,omitempty"`
+	Driver string `json:"driver,omitempty"`
+	Step   string `json:"step,omitempty"` // the step last reported
+	// Confirmation fields: the question's options and default, and the one
+	// answer that took effect (the first valid one in log order; see
+	// docs/EVENTS.md). Refused counts answers that did not.
+	RunID    string   `json:"run_id,omitempty"`
+	Options  []string `json:"options,omitempty"`
+	Default  string   `json:"default,omitempty"`
+	Choice   string   `json:"choice,omitempty"`
+	Method   string   `json:"method,omitempty"`
+	By       string   `json:"by,omitempty"`
+	Channel  string   `json:"channel,omitempty"`
+	AnswerID string   `json:"answer_id,omitempty"`
+	Refused  int      `json:"refused,omitempty"`
+}
+
+// Index statuses. Runs: requested, running, paused, completed, failed,
+// cancelled. Confirmations: pending, delegated, expired, answered.
+// Preferences and fixes: active, forgotten.
+const (
+	StatusPending   = "pending"
+	StatusDelegated = "delegated"
+	StatusExpired   = "expired"
+	StatusAnswered  = "answered"
+)
+
+// Terminal reports whether the aggregate has finished.
+func (e IndexEntry) Terminal() bool {
+	switch e.Status {
+	case "completed", "failed", "cancelled", StatusAnswered:
+		return true
+	}
+	return false
+}
+
+// Open reports whether a confirmation still waits for its answer.
+func (e IndexEntry) Open() bool {
+	return e.Kind == "confirm" && (e.Status == StatusPending || e.Status == StatusDelegated || e.Status == StatusExpired)
+}

@@ -1,0 +1,212 @@
+package readmodel
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/heedhq/heed/events"
+)
+
+// Pref is a remembered choice (heed_prefs, key: the preference id).
+type Pref struct {
+	ID           string    `json:"id"`
+	Scope        string    `json:"scope"`
+	Skill        string    `json:"skill,omitempty"`
+	Step         string    `json:"step,omitempty"`
+	Tool         string    `json:"tool,omitempty"`
+	ErrorPattern string    `json:"error_pattern,omitempty"`
+	Choice       string    `json:"choice"`
+	By           string    `json:"by"`
+	LearnedFrom  string    `json:"learned_from,omitempty"`
+	ConfirmID    string    `json:"confirm_id,omitempty"`
+	SetAt        time.Time `json:"set_at"`
+}
+
+// FixMinConfidence is the confidence below which the healer does not use
+// a learned fix.
+const FixMinConfidence = 0.3
+
+// Fix is a learned fix with how it has fared (heed_fixes, key: the fix id).
+type Fix struct {
+	ID           string            `json:"id"`
+	Tool         string            `json:"tool"`
+	ErrorPattern string            `json:"error_pattern"`
+	Match        string            `json:"match,omitempty"`
+	RootCause    string            `json:"root_cause,omitempty"`
+	Description  string            `json:"description"`
+	Action       *events.FixAction `json:"action,omitempty"`
+	ArgsPatch    map[string]any    `json:"args_patch,omitempty"`
+	WhenWas      map[string]any    `json:"when_was,omitempty"`
+	Source       string            `json:"source"`
+	By           string            `json:"by,omitempty"`
+	LearnedFrom  string            `json:"learned_from,omitempty"`
+	RunID        string            `json:"run_id,omitempty"`
+	Confidence   float64           `json:"confidence"`
+	Healed       int               `json:"healed"`
+	Failed       int               `json:"failed"`
+	LearnedAt    time.Time         `json:"learned_at"`
+	LastUsed     time.Time         `json:"last_used,omitempty"`
+}
+
+// Usable reports whether the healer may apply the fix.
+func (f Fix) Usable() bool { return f.Confidence >= FixMinConfidence }
+
+// Pattern lifecycle: confidence grows with each recurrence (new → low →
+// medium → high), drops when the same call shape succeeds, and a pattern is
+// active at ActiveConfidence and above until it has been quiet for the
+// quiet period.
+const (
+	ActiveConfidence   = 0.7
+	DefaultQuietPeriod = 30 * 24 * time.Hour
+)
+
+// Pattern is a recurring failure of a tool for calls of one shape
+// (heed_patterns, key: the pattern id).
+type Pattern struct {
+	ID          string            `json:"id"`
+	Tool        string            `json:"tool"`
+	Signature   string            `json:"signature"`
+	Kind        string            `json:"kind"` // usage (the call's args) or infrastructure
+	ArgShapes   map[string]string `json:"arg_shapes"`
+	Occurrences int               `json:"occurrences"`
+	Successes   int               `json:"successes"`
+	Confidence  float64           `json:"confidence"`
+	Stage       string            `json:"stage"` // new, low, medium, high
+	FirstSeen   time.Time         `json:"first_seen"`
+	LastSeen    time.Time         `json:"last_seen"`
+	Hint        string            `json:"hint"`
+}
+
+// Active reports whether the pattern should warn at now.
+func (p Pattern) Active(now time.Time, quiet time.Duration) bool {
+	if quiet <= 0 {
+		quiet = DefaultQuietPeriod
+	}
+	return p.Confidence >= ActiveConfidence && now.Sub(p.LastSeen) <= quiet
+}
+
+// Matches reports whether a call with args has the pattern's shape.
+func (p Pattern) Matches(args map[string]any) bool {
+	for k, want := range p.ArgShapes {
+		if Shape(args[k]) != want {
+			return false
+		}
+	}
+	return true
+}
+
+// Shapes describes each arg's shape.
+func Shapes(args map[string]any) map[string]string {
+	out := make(map[string]string, len(args))
+	for k, v := range args {
+		out[k] = Shape(v)
+	}
+	return out
+}
+
+// Shape is a coarse description of a value: what recurs across calls
+// (a 7-character hex string), not the value itself.
+func Shape(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "bool"
+	case float64, int, int64, json.Number:
+		return "number"
+	case string:
+		if x == "" {
+			return "empty"
+		}
+		hexOnly, digits := true, true
+		for _, r := range x {
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+				hexOnly = false
+			}
+			if !(r >= '0' && r <= '9') {
+				digits = false
+			}
+		}
+		switch {
+		case digits:
+			return "digits"
+		case hexOnly:
+			return fmt.Sprintf("hex%d", len(x))
+		}
+		return "text"
+	case []any:
+		return "list"
+	case map[string]any:
+		return "object"
+	}
+	return "other"
+}
+
+// StatsKey is the heed_stats key of the failure statistics.
+const StatsKey = "failures"
+
+// Period counts failures in a day or week.
+type Period struct {
+	Total     int `json:"total"`
+	AutoFixed int `json:"auto_fixed"`
+}
+
+// FailureStats are the tool failure statistics over every run.
+type FailureStats struct {
+	TotalFailures  int               `json:"total_failures"`
+	AutoFixed      int               `json:"auto_fixed"`      // healed by a learned or generic fix, no person
+	AgentFixed     int               `json:"agent_fixed"`     // healed by the agent's corrected retry
+	ManualRequired int               `json:"manual_required"` // handed to the agent
+	GaveUp         int               `json:"gave_up"`
+	FixesLearned   int               `json:"fixes_learned"`
+	ByType         map[string]int    `json:"by_type"`
+	Daily          map[string]Period `json:"daily"`
+	Weekly         map[string]Period `json:"weekly"`
+	Last           time.Time         `json:"last"`
+}
+
+// AutoHealRate is the share of failures healed without anyone.
+func (s FailureStats) AutoHealRate() float64 {
+	if s.TotalFailures == 0 {
+		return 0
+	}
+	return float64(s.AutoFixed) / float64(s.TotalFailures)
+}
+
+// SortedDays returns the days with daily figures, in date order.
+func (s FailureStats) SortedDays() []string {
+	out := make([]string, 0, len(s.Daily))
+	for k := range s.Daily {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Decision is the cached record of one operation (a skill step) in one
+// scope (the run's environment input, else "default") in heed_decisions.
+type Decision struct {
+	Operation   string  `json:"operation"`
+	Scope       string  `json:"scope"`
+	Count       int     `json:"count"`
+	Approved    int     `json:"approved"`
+	Denied      int     `json:"denied"`
+	Successes   int     `json:"successes"`
+	Failures    int     `json:"failures"`
+	SuccessRate float64 `json:"success_rate"`
+	// Candidate: more than 3 decisions and over 90% success, and over 90%
+	// of the decisions approvals: the escalator may auto-approve, with
+	// ConfidenceBoost.
+	Candidate       bool    `json:"auto_approve_candidate"`
+	ConfidenceBoost float64 `json:"confidence_boost"`
+}
+
+var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// DecisionKey is the heed_decisions key of an operation and scope.
+func DecisionKey(operation, scope string) string {
+	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+}

@@ -1,0 +1,130 @@
+package confirmation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/oklog/ulid/v2"
+)
+
+// Subjects of a confirmation's deadline. The deadline waits in the event
+// stream as a nats-server message schedule on ScheduleSubject; when it
+// fires, the server stores a plain message (no CloudEvents headers: it is
+// not an event) on FiredSubject, and the confirm router turns it into the
+// heed.confirm.expired event.
+func ScheduleSubject(id string) string { return events.SchedulePrefix + ".confirm." + id }
+
+// FiredSubject is where a confirmation's deadline lands when it fires.
+func FiredSubject(id string) string { return events.SchedulePrefix + ".fired.confirm." + id }
+
+// AlreadyAnswered is the cause of the conflict a late answer gets: the
+// answer that took effect.
+type AlreadyAnswered struct {
+	ID     string
+	Winner Winner
+}
+
+func (e *AlreadyAnswered) Error() string {
+	w := e.Winner
+	return fmt.Sprintf("confirmation %s was already answered by %s at %s with %q (method %s)",
+		e.ID, w.By, w.At.UTC().Format("2006-01-02T15:04:05.000Z"), w.Choice, w.Method)
+}
+
+// AnswerRef names the answer that took effect (command.Answered).
+func (e *AlreadyAnswered) AnswerRef() events.AnswerRef {
+	w := e.Winner
+	return events.AnswerRef{EventID: w.EventID, Choice: w.Choice, Method: w.Method, By: w.By, Channel: w.Channel, At: w.At}
+}
+
+// conflict wraps AlreadyAnswered in heed's error with code conflict.
+func conflict(id string, w *Winner) error {
+	cause := &AlreadyAnswered{ID: id, Winner: *w}
+	return &events.Error{Code: events.CodeConflict, Message: cause.Error(), Err: cause}
+}
+
+// AnswerOption adjusts an answer.
+type AnswerOption interface{ applyAnswer(*answerConfig) }
+
+type answerConfig struct{ eventID string }
+
+// WithEventID fixes the answer event's id, so that a retried answer from
+// the same decision (a timeout after a crash) is stored once.
+type WithEventID string
+
+func (w WithEventID) applyAnswer(c *answerConfig) { c.eventID = string(w) }
+
+// Answer writes answer a to confirmation id if it would take effect. The
+// stream enforces it: the answer is appended only if nothing was appended
+// to the confirmation since this caller read it (expected last sequence on
+// heed.confirm.<id>.>), and the same write purges the deadline's schedule.
+// Of any number of concurrent answers from any number of processes exactly
+// one is stored this way; every other caller re-reads and gets an error
+// with code conflict naming the winner (errors.As to *AlreadyAnswered).
+// A choice that is not an option, or a run_id that is not the request's,
+// is refused with invalid_request; an answer after the deadline with
+// conflict.
+func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.ConfirmAnsweredData, opts ...AnswerOption) (*State, error) {
+	var cfg answerConfig
+	for _, o := range opts {
+		o.applyAnswer(&cfg)
+	}
+	if strings.TrimSpace(a.Choice) == "" {
+		return nil, events.Errorf(events.CodeInvalidRequest, "an answer needs a choice")
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		st, err := Load(ctx, bus, id)
+		if err != nil {
+			return st, err
+		}
+		if cfg.eventID != "" && st.AnswerID == cfg.eventID {
+			return st, nil // this very decision took effect before (a retry)
+		}
+		if a.RunID == "" {
+			a.RunID = st.Gate.RunID
+		}
+		if r := st.Gate.Judge(&a); r != nil {
+			switch r.Code {
+			case RefusedAnswered:
+				return st, conflict(id, r.Winner)
+			case RefusedExpired:
+				return st, events.Errorf(events.CodeConflict, "confirmation %s expired at %s; its default %q applies", id, st.Expired.Deadline.UTC().Format(time.RFC3339), st.Gate.Default)
+			default:
+				return st, events.Errorf(events.CodeInvalidRequest, "confirmation %s: %s", id, r.Reason)
+			}
+		}
+		if a.DurationMS == 0 && !st.RequestedAt.IsZero() {
+			a.DurationMS = max(float64(time.Since(st.RequestedAt).Microseconds())/1000, 0)
+		}
+		eid := cfg.eventID
+		if eid == "" {
+			eid = id + "/answer/" + strings.ToLower(ulid.Make().String())
+		}
+		ev, err := events.NewEvent(events.ConfirmAnswered, id, eid, source, a)
+		if err != nil {
+			return nil, err
+		}
+		ack, err := bus.Publish(ctx, &ev,
+			events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq},
+			events.PurgeSchedule{Subject: ScheduleSubject(id)})
+		if err == nil {
+			if ack.Duplicate {
+				// The same decision was stored before (a retried timeout):
+				// read back what took effect.
+				continue
+			}
+			if _, err := st.Apply(&ev, ack.Sequence); err != nil {
+				return nil, err
+			}
+			return st, nil
+		}
+		if !errors.Is(err, events.ErrConflict) {
+			return nil, err
+		}
+		// Someone appended first: read again and judge again.
+	}
+	return nil, events.Errorf(events.CodeConflict, "confirmation %s keeps changing; try again", id)
+}

@@ -1,0 +1,84 @@
+package confirm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// consumeDeadlines turns fired deadlines into heed.confirm.expired events.
+// A fired deadline is a plain message the server stored on
+// heed.schedule.fired.confirm.<id>; the router writes the expired event
+// with a deterministic id (JetStream drops a repeat) and the time the
+// deadline fired, but only while the confirmation is still open: a
+// deadline that fires after an answer (one published straight to the log,
+// which cannot cancel the schedule in the same write) changes nothing.
+func (r *router) consumeDeadlines(ctx context.Context) (jetstream.ConsumeContext, error) {
+	cons, err := r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{
+		Durable:       DeadlineConsumerName,
+		Description:   "confirm router: fired confirmation deadlines become heed.confirm.expired",
+		FilterSubject: confirmation.FiredSubject("*"),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 1000,
+	})
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("create consumer %s: %v", DeadlineConsumerName, err), Err: err}
+	}
+	return cons.Consume(func(m jetstream.Msg) {
+		if err := r.fired(ctx, m); err != nil {
+			r.log.Warn("deadline not handled; will retry", "subject", m.Subject(), "err", err)
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.PullHeartbeat(time.Second))
+}
+
+// fired handles one fired deadline.
+func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
+	var body deadlineBody
+	if err := json.Unmarshal(m.Data(), &body); err != nil || !events.ValidID(body.ConfirmID) || m.Subject() != confirmation.FiredSubject(body.ConfirmID) {
+		r.log.Warn("ignoring a message that is not a heed deadline", "subject", m.Subject())
+		return nil
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	id := body.ConfirmID
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for attempt := 0; attempt < 5; attempt++ {
+		st, err := confirmation.Load(ctx, r.bus, id)
+		if err != nil {
+			if events.CodeOf(err) == events.CodeNotFound {
+				return nil
+			}
+			return err
+		}
+		if !st.Open() || st.Expired != nil {
+			return nil
+		}
+		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: st.Gate.Default, RunID: st.Gate.RunID})
+		if err != nil {
+			return err
+		}
+		exp.SetTime(meta.Timestamp.UTC()) // when it fired
+		_, err = r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq})
+		if err == nil {
+			r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
+			return nil
+		}
+		if !errors.Is(err, events.ErrConflict) {
+			return err
+		}
+	}
+	return events.Errorf(events.CodeConflict, "confirmation %s keeps changing", id)
+}
