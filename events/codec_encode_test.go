@@ -35,9 +35,7 @@ func encodeUncheckedReference(ev *Event) (*nats.Msg, error) {
 		}
 		set(name, s)
 	}
-	if ct := ev.DataContentType(); ct != "" {
-		h[HeaderContentType] = []string{ct}
-	}
+	set("datacontenttype", ev.DataContentType())
 	h[HeaderMsgID] = []string{ev.ID()}
 	return &nats.Msg{Subject: SubjectOf(ev), Header: h, Data: ev.DataEncoded}, nil
 }

@@ -102,18 +102,18 @@ func TestCodecGoldenHeaders(t *testing.T) {
 		t.Errorf("subject = %q, want %q", msg.Subject, want)
 	}
 	want := map[string]string{
-		"ce-specversion":   "1.0",
-		"ce-id":            "01JQ7Z0000STEPFAILED000001",
-		"ce-source":        "urn:heed:test",
-		"ce-type":          "heed.run.step.failed",
-		"ce-subject":       "r-42",
-		"ce-time":          "2025-03-14T15:09:26.535897932Z",
-		"ce-dataschema":    "https://heed.dev/schemas/events/heed.run.step.failed.json",
-		"ce-traceparent":   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		"ce-causationid":   "x%20y%25z%22%C3%BC",
-		"ce-correlationid": "run%20r-42%09retry",
-		"Content-Type":     "application/json",
-		"Nats-Msg-Id":      "01JQ7Z0000STEPFAILED000001",
+		"ce-specversion":     "1.0",
+		"ce-id":              "01JQ7Z0000STEPFAILED000001",
+		"ce-source":          "urn:heed:test",
+		"ce-type":            "heed.run.step.failed",
+		"ce-subject":         "r-42",
+		"ce-time":            "2025-03-14T15:09:26.535897932Z",
+		"ce-dataschema":      "https://heed.dev/schemas/events/heed.run.step.failed.json",
+		"ce-traceparent":     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"ce-causationid":     "x%20y%25z%22%C3%BC",
+		"ce-correlationid":   "run%20r-42%09retry",
+		"ce-datacontenttype": "application/json",
+		"Nats-Msg-Id":        "01JQ7Z0000STEPFAILED000001",
 	}
 	got := make(map[string]string, len(msg.Header))
 	for k, v := range msg.Header {
@@ -401,7 +401,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"data not JSON", valid, func(m *nats.Msg) { m.Data = []byte("{oops") }, events.ErrSchemaViolation, []string{"not JSON"}},
 		{"trailing data", valid, func(m *nats.Msg) { m.Data = append(append([]byte{}, stepFailedData...), " {}"...) }, events.ErrSchemaViolation, []string{"trailing"}},
 		{"no data", valid, func(m *nats.Msg) { m.Data = nil }, events.ErrSchemaViolation, []string{"heed.run.step.failed"}},
-		{"non-JSON content type", valid, set("Content-Type", "text/plain"), events.ErrSchemaViolation, []string{"text/plain"}},
+		{"non-JSON content type", valid, set("ce-datacontenttype", "text/plain"), events.ErrSchemaViolation, []string{"text/plain"}},
+		{"non-JSON Content-Type from an older producer", valid, func(m *nats.Msg) {
+			delete(m.Header, "ce-datacontenttype")
+			m.Header.Set("Content-Type", "text/plain")
+		}, events.ErrSchemaViolation, []string{"text/plain"}},
 
 		{"subject of another aggregate", valid,
 			func(m *nats.Msg) { m.Subject = "heed.run.r2.step.failed" },
@@ -469,7 +473,11 @@ func TestDecodeValidBinaryVariants(t *testing.T) {
 		}},
 		{"no Nats-Msg-Id", func(m *nats.Msg) { delete(m.Header, "Nats-Msg-Id") }},
 		{"no ce-time", func(m *nats.Msg) { delete(m.Header, "ce-time") }},
-		{"no Content-Type", func(m *nats.Msg) { delete(m.Header, "Content-Type") }},
+		{"no datacontenttype", func(m *nats.Msg) { delete(m.Header, "ce-datacontenttype") }},
+		{"Content-Type instead of ce-datacontenttype (older producers)", func(m *nats.Msg) {
+			delete(m.Header, "ce-datacontenttype")
+			m.Header.Set("Content-Type", "application/json")
+		}},
 		{"time with offset", func(m *nats.Msg) { m.Header.Set("ce-time", "2025-03-14T16:09:26.535897932+01:00") }},
 		{"unrelated headers", func(m *nats.Msg) { m.Header.Set("X-Whatever", "1") }},
 	} {

@@ -103,7 +103,7 @@ func (v *Validator) ValidateCommand(subject string, body []byte) error {
 	if len(body) == 0 {
 		return Errorf(CodeInvalidRequest, "%s: the request is empty; send a JSON object (schemas/commands/%s.json)", subject, subject)
 	}
-	err := validateFull(Type(subject), s, body)
+	err := validateDoc(subject, "the request", s, body)
 	var e *Error
 	if errors.As(err, &e) {
 		return &Error{Code: CodeInvalidRequest, Message: e.Message, Err: e.Err}
@@ -113,15 +113,21 @@ func (v *Validator) ValidateCommand(subject string, body []byte) error {
 
 // validateFull is the full path: decode with encoding/json, validate with
 // jsonschema. It decides every refusal and words every error.
-func validateFull(t Type, s *jsonschema.Schema, data []byte) (err error) {
+func validateFull(t Type, s *jsonschema.Schema, data []byte) error {
+	return validateDoc(string(t), "data", s, data)
+}
+
+// validateDoc validates one JSON document: name and noun say what it is in
+// messages (heed.run.step.failed's data, heed.cmd.run.start's request).
+func validateDoc(t, noun string, s *jsonschema.Schema, data []byte) (err error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
-		return Errorf(CodeSchemaViolation, "%s: data is not JSON: %v", t, err)
+		return Errorf(CodeSchemaViolation, "%s: %s is not JSON: %v", t, noun, err)
 	}
 	if dec.More() {
-		return Errorf(CodeSchemaViolation, "%s: data has trailing content after the JSON value", t)
+		return Errorf(CodeSchemaViolation, "%s: %s has trailing content after the JSON value", t, noun)
 	}
 	// Numbers jsonschema cannot hold (1e999999999) would make it panic or
 	// spin on big rationals: refuse them first.
@@ -130,7 +136,7 @@ func validateFull(t Type, s *jsonschema.Schema, data []byte) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = Errorf(CodeSchemaViolation, "%s: data cannot be validated: %v", t, r)
+			err = Errorf(CodeSchemaViolation, "%s: %s cannot be validated: %v", t, noun, r)
 		}
 	}()
 	if err := s.Validate(doc); err != nil {

@@ -15,7 +15,7 @@ import (
 // examples are the skills shipped in skills/: they must always load.
 func examples(t testing.TB) map[string][]byte {
 	t.Helper()
-	files, err := filepath.Glob("../../../skills/*.yaml")
+	files, err := filepath.Glob("../../skills/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func examples(t testing.TB) map[string][]byte {
 		out[filepath.Base(f)] = b
 	}
 	if len(out) < 3 {
-		t.Fatalf("found %d example skills in ../../../skills, want at least 3", len(out))
+		t.Fatalf("found %d example skills in ../../skills, want at least 3", len(out))
 	}
 	return out
 }

@@ -433,7 +433,7 @@ tools:
 }
 
 func TestLoadToolsFile(t *testing.T) {
-	reg, err := tool.LoadFile("../../../skills/tools.yaml")
+	reg, err := tool.LoadFile("../../skills/tools.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

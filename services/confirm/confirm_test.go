@@ -22,8 +22,11 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
@@ -230,12 +233,12 @@ func scheduled(t *testing.T, bus *events.Bus, id string) (*jetstream.RawStreamMs
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, confirm.ScheduleSubject(id))
+	m, err := s.GetLastMsgForSubject(ctx, confirmation.ScheduleSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, false
 	}
 	if err != nil {
-		t.Fatalf("get %s: %v", confirm.ScheduleSubject(id), err)
+		t.Fatalf("get %s: %v", confirmation.ScheduleSubject(id), err)
 	}
 	return m, true
 }
@@ -278,25 +281,25 @@ func prefsKV(t *testing.T, bus *events.Bus) jetstream.KeyValue {
 	var kv jetstream.KeyValue
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		var err error
-		kv, err = bus.JetStream().KeyValue(ctxFor(t, 5*time.Second), learner.PrefsBucket)
+		kv, err = bus.JetStream().KeyValue(ctxFor(t, 5*time.Second), readmodel.PrefsBucket)
 		return err
 	})
 	return kv
 }
 
 // waitPref waits until the bucket holds a live preference at key.
-func waitPref(t *testing.T, kv jetstream.KeyValue, key string) (learner.Pref, uint64) {
+func waitPref(t *testing.T, kv jetstream.KeyValue, key string) (readmodel.Pref, uint64) {
 	t.Helper()
-	var p learner.Pref
+	var p readmodel.Pref
 	var rev uint64
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		e, err := kv.Get(ctxFor(t, 5*time.Second), key)
 		if err != nil {
-			return fmt.Errorf("%s key %s: %w", learner.PrefsBucket, key, err)
+			return fmt.Errorf("%s key %s: %w", readmodel.PrefsBucket, key, err)
 		}
 		var ok bool
-		if p, ok = learner.ReadPref(e.Value()); !ok {
-			return fmt.Errorf("%s key %s holds no live preference: %s", learner.PrefsBucket, key, e.Value())
+		if ok = readmodel.Decode(e.Value(), &p); !ok {
+			return fmt.Errorf("%s key %s holds no live preference: %s", readmodel.PrefsBucket, key, e.Value())
 		}
 		rev = e.Revision()
 		return nil
@@ -315,7 +318,7 @@ func waitForgotten(t *testing.T, kv jetstream.KeyValue, key string) {
 		if err != nil {
 			return err
 		}
-		if _, ok := learner.ReadPref(e.Value()); ok {
+		if readmodel.Decode(e.Value(), &readmodel.Pref{}) {
 			return fmt.Errorf("preference %s is still live: %s", key, e.Value())
 		}
 		return nil
@@ -345,7 +348,7 @@ func TestConcurrentAnswersExactlyOneWins(t *testing.T) {
 		buses[i] = env.Bus(t) // a connection of its own each
 	}
 	type result struct {
-		st  *confirm.State
+		st  *confirmation.State
 		err error
 		a   events.ConfirmAnsweredData
 	}
@@ -360,7 +363,7 @@ func TestConcurrentAnswersExactlyOneWins(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			<-start
-			st, err := confirm.Answer(ctx, buses[i], "test/answerer", id, a)
+			st, err := confirmation.Answer(ctx, buses[i], "test/answerer", id, a)
 			results[i] = result{st, err, a}
 		}()
 	}
@@ -377,7 +380,7 @@ func TestConcurrentAnswersExactlyOneWins(t *testing.T) {
 
 	winners, refused := 0, 0
 	for i, r := range results {
-		var already *confirm.AlreadyAnsweredError
+		var already *confirmation.AlreadyAnswered
 		switch {
 		case r.err == nil:
 			winners++
@@ -389,11 +392,11 @@ func TestConcurrentAnswersExactlyOneWins(t *testing.T) {
 			}
 		case errors.As(r.err, &already):
 			refused++
-			if already.ID != id || already.By != stored.By || already.Choice != stored.Choice || already.Method != stored.Method || !already.At.Equal(storedAt) {
+			if already.ID != id || already.Winner.By != stored.By || already.Winner.Choice != stored.Choice || already.Winner.Method != stored.Method || !already.Winner.At.Equal(storedAt) {
 				t.Errorf("caller %d: %+v does not describe the stored answer %+v at %s", i, already, stored, storedAt)
 			}
 			msg := r.err.Error()
-			for _, want := range []string{id, stored.By, fmt.Sprintf("%q", stored.Choice), storedAt.Local().Format("2006-01-02 15:04:05.000")} {
+			for _, want := range []string{id, stored.By, fmt.Sprintf("%q", stored.Choice), storedAt.UTC().Format("2006-01-02T15:04:05.000Z")} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("caller %d: error %q does not name %q", i, msg, want)
 				}
@@ -409,9 +412,9 @@ func TestConcurrentAnswersExactlyOneWins(t *testing.T) {
 		t.Fatalf("%d answers succeeded and %d were refused as already answered; want 1 and %d", winners, refused, n-1)
 	}
 	// A late answer is refused the same way.
-	_, err := confirm.Answer(ctxFor(t, 10*time.Second), env.Bus(t), "test/late", id, events.ConfirmAnsweredData{Choice: "skip", Method: events.MethodUser, By: "user:late"})
-	var already *confirm.AlreadyAnsweredError
-	if !errors.As(err, &already) || already.By != stored.By {
+	_, err := confirmation.Answer(ctxFor(t, 10*time.Second), env.Bus(t), "test/late", id, events.ConfirmAnsweredData{Choice: "skip", Method: events.MethodUser, By: "user:late"})
+	var already *confirmation.AlreadyAnswered
+	if !errors.As(err, &already) || already.Winner.By != stored.By {
 		t.Fatalf("late answer: %v, want already answered by %s", err, stored.By)
 	}
 }
@@ -536,30 +539,46 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		t.Fatalf("before the deadline the confirmation's log is %v, want only the request", types(evs))
 	}
 
-	// At 4 s, with no router: the stream has fired the deadline, and
+	// At 4 s, with no router: the stream has fired the deadline (a plain
+	// message on heed.schedule.fired.confirm.<id>, not an event), and
 	// nobody has answered.
 	time.Sleep(time.Until(t0.Add(4 * time.Second)))
 	evs := logOf(t, bus, "confirm", id)
-	if got := ofType(evs, events.ConfirmExpired); len(got) != 1 {
-		t.Fatalf("with no router running, the log holds %d expired events at 4 s, want 1 (fired by the stream): %v", len(got), types(evs))
+	if len(evs) != 1 {
+		t.Fatalf("with no router running, the confirmation's log at 4 s is %v, want only the request", types(evs))
 	}
-	if got := ofType(evs, events.ConfirmAnswered); len(got) != 0 {
-		t.Fatalf("answered with no router running: %s", got[0].Data())
+	fired := firedDeadline(t, bus, id)
+	if fired == nil {
+		t.Fatal("the stream has not fired the deadline at 4 s")
 	}
-	exp := decode[events.ConfirmExpiredData](t, ofType(evs, events.ConfirmExpired)[0])
-	if exp.Default != "cancel" || exp.Deadline.Sub(t0).Round(time.Millisecond) != 2*time.Second {
-		t.Errorf("expired event = %+v; want default cancel and a deadline 2s after the request at %s", exp, t0)
+	if fired.Header.Get("ce-specversion") != "" || fired.Header.Get("ce-type") != "" {
+		t.Errorf("the fired deadline looks like a CloudEvent: %v", fired.Header)
 	}
 	if _, ok := scheduled(t, bus, id); ok {
 		t.Errorf("the schedule is still in the stream after it fired")
 	}
 
-	// A new router applies the default.
+	// A new router turns it into the expired event and applies the default.
 	second := startRouterProc(t, bin, env.URL())
 	waitHealthy(t, nc, second)
 	_, a := waitAnswer(t, bus, id)
 	if a.Method != events.MethodTimeout || a.Choice != "cancel" || a.By != confirm.Source {
 		t.Errorf("answer after restart = %+v, want the default cancel with method timeout by %s", a, confirm.Source)
+	}
+	evs = logOf(t, bus, "confirm", id)
+	expired := ofType(evs, events.ConfirmExpired)
+	if len(expired) != 1 {
+		t.Fatalf("log of %s = %v; want one expired event", id, types(evs))
+	}
+	exp := decode[events.ConfirmExpiredData](t, expired[0])
+	if exp.Default != "cancel" || exp.Deadline.Sub(t0).Round(time.Millisecond) != 2*time.Second {
+		t.Errorf("expired event = %+v; want default cancel and a deadline 2s after the request at %s", exp, t0)
+	}
+	if expired[0].ID() != id+"/expired" {
+		t.Errorf("expired event id %q, want the deterministic %q", expired[0].ID(), id+"/expired")
+	}
+	if at := expired[0].Time(); !at.Equal(fired.Time) {
+		t.Errorf("expired event time %s, want the time the deadline fired %s", at, fired.Time)
 	}
 	// Exactly once, even with the router running on (and a third one
 	// starting over the same durable consumer).
@@ -572,6 +591,25 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 	if len(ofType(evs, events.ConfirmAnswered)) != 1 || len(ofType(evs, events.ConfirmExpired)) != 1 || len(evs) != 3 {
 		t.Fatalf("log of %s = %v; want requested, expired, answered once each", id, types(evs))
 	}
+}
+
+// firedDeadline is the message the stream stored when the deadline of
+// confirmation id fired, if it did.
+func firedDeadline(t *testing.T, bus *events.Bus, id string) *jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Second)
+	s, err := bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, confirmation.FiredSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("get %s: %v", confirmation.FiredSubject(id), err)
+	}
+	return m
 }
 
 // An answer before the deadline purges the schedule in the same write: the
@@ -591,7 +629,7 @@ func TestAnswerBeforeDeadlineCancelsIt(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Until(t0.Add(500 * time.Millisecond)))
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", id, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:early"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", id, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:early"}); err != nil {
 		t.Fatalf("answer at 0.5 s: %v", err)
 	}
 	if _, ok := scheduled(t, bus, id); ok {
@@ -629,7 +667,7 @@ func TestInvalidMessageDoesNotBlockAConfirmation(t *testing.T) {
 	garbage("c-junk-answer")
 	start(t, env, router(confirm.Config{}))
 
-	st, err := confirm.Answer(ctxFor(t, 20*time.Second), bus, "test", "c-junk-answer", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:carol"})
+	st, err := confirmation.Answer(ctxFor(t, 20*time.Second), bus, "test", "c-junk-answer", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:carol"})
 	if err != nil || st.Answer == nil || st.Answer.By != "user:carol" {
 		t.Fatalf("answer after an invalid message: %+v, %v", st, err)
 	}
@@ -698,7 +736,7 @@ func TestLayers(t *testing.T) {
 		req := events.ConfirmRequestedData{Skill: "release", Step: "confirm", Default: "cancel", TimeoutS: 600, LearnPreference: true, Context: inputs("qa")}
 		ask(t, bus, "c-learn-1", req)
 		waitAsked(t, bus, "c-learn-1")
-		if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", "c-learn-1", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Remember: "skill_step"}); err != nil {
+		if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", "c-learn-1", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Remember: "skill_step"}); err != nil {
 			t.Fatal(err)
 		}
 		teacher = answerEventID(t, bus, "c-learn-1")
@@ -742,7 +780,7 @@ func TestLayers(t *testing.T) {
 		if got := ofType(logOf(t, bus, "confirm", "c-ai"), events.ConfirmAnswered); len(got) != 0 {
 			t.Fatalf("delegated and answered: %s", got[0].Data())
 		}
-		st, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "agent-7", "c-ai", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodAgent, By: "agent:agent-7", Reason: "image exists"})
+		st, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "agent-7", "c-ai", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodAgent, By: "agent:agent-7", Reason: "image exists"})
 		if err != nil || st.Answer.Method != events.MethodAgent {
 			t.Fatalf("agent answer: %+v, %v", st, err)
 		}
@@ -772,7 +810,7 @@ func TestRememberAndForget(t *testing.T) {
 
 	ask(t, bus, "q1", req)
 	waitAsked(t, bus, "q1")
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", "q1", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:bob", Remember: "skill_step"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", "q1", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:bob", Remember: "skill_step"}); err != nil {
 		t.Fatal(err)
 	}
 	teacher := answerEventID(t, bus, "q1")
@@ -806,7 +844,7 @@ func TestRememberAndForget(t *testing.T) {
 	waitAsked(t, bus, "q3")
 
 	// "Ask again" on an answer revokes the preference too.
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", "q3", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:bob", Remember: "skill_step"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", "q3", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:bob", Remember: "skill_step"}); err != nil {
 		t.Fatal(err)
 	}
 	waitPref(t, kv, key)
@@ -814,7 +852,7 @@ func TestRememberAndForget(t *testing.T) {
 	noLearn.LearnPreference = false
 	ask(t, bus, "q4", noLearn)
 	waitAsked(t, bus, "q4")
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", "q4", events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:bob", Remember: "ask_again"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", "q4", events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:bob", Remember: "ask_again"}); err != nil {
 		t.Fatal(err)
 	}
 	waitForgotten(t, kv, key)
@@ -830,10 +868,10 @@ func TestRememberAndForget(t *testing.T) {
 	}
 	ask(t, bus, "e1", errReq("manifest unknown: quay.io/app-sre/backend:abc1234 (attempt 1)"))
 	waitAsked(t, bus, "e1")
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "test", "e1", events.ConfirmAnsweredData{Choice: "retry", Method: events.MethodUser, By: "user:bob", Remember: "error"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "test", "e1", events.ConfirmAnsweredData{Choice: "retry", Method: events.MethodUser, By: "user:bob", Remember: "error"}); err != nil {
 		t.Fatal(err)
 	}
-	errKey := events.PrefID(events.ScopeError, "quay_check", learner.ErrorSignature("manifest unknown: quay.io/app-sre/backend:abc1234 (attempt 1)"))
+	errKey := events.PrefID(events.ScopeError, "quay_check", events.ErrorSignature("manifest unknown: quay.io/app-sre/backend:abc1234 (attempt 1)"))
 	if p, _ := waitPref(t, kv, errKey); p.Scope != events.ScopeError || p.Tool != "quay_check" || p.Choice != "retry" {
 		t.Errorf("error preference = %+v", p)
 	}
@@ -867,13 +905,13 @@ func TestRequestCommandValidates(t *testing.T) {
 		var m *nats.Msg
 		eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 			var err error
-			m, err = nc.Request(confirm.SubjectRequest, body, 5*time.Second)
+			m, err = nc.Request(command.ConfirmRequest, body, 5*time.Second)
 			return err // no responders until the router is up
 		})
 		return m
 	}
-	body := func(id string, mutate func(*confirm.Request)) []byte {
-		r := confirm.Request{ID: id}
+	body := func(id string, mutate func(*command.RequestConfirmation)) []byte {
+		r := command.RequestConfirmation{ID: id}
 		r.Message, r.Options, r.Default, r.TimeoutS = "Delete 3 branches?", proceedCancel, "cancel", 120
 		if mutate != nil {
 			mutate(&r)
@@ -902,22 +940,22 @@ func TestRequestCommandValidates(t *testing.T) {
 		body     []byte
 		want     string
 	}{
-		{"empty message", "bad-empty", body("bad-empty", func(r *confirm.Request) { r.Message = "  " }), "empty message"},
-		{"over-long message", "bad-long", body("bad-long", func(r *confirm.Request) { r.Message = strings.Repeat("x", confirm.MaxMessageBytes+1) }),
-			fmt.Sprintf("message is %d bytes; the limit is %d", confirm.MaxMessageBytes+1, confirm.MaxMessageBytes)},
-		{"control characters", "bad-bell", body("bad-bell", func(r *confirm.Request) { r.Message = "ring the \x07 bell?" }), "control characters"},
-		{"escape sequence in the title", "bad-title", body("bad-title", func(r *confirm.Request) { r.Title = "Deploy\x1b[2J" }), "title contains control characters"},
-		{"carriage return in an option", "bad-label", body("bad-label", func(r *confirm.Request) {
+		{"empty message", "bad-empty", body("bad-empty", func(r *command.RequestConfirmation) { r.Message = "  " }), "empty message"},
+		{"over-long message", "bad-long", body("bad-long", func(r *command.RequestConfirmation) { r.Message = strings.Repeat("x", confirmation.MaxMessageBytes+1) }),
+			fmt.Sprintf("message is %d bytes; the limit is %d", confirmation.MaxMessageBytes+1, confirmation.MaxMessageBytes)},
+		{"control characters", "bad-bell", body("bad-bell", func(r *command.RequestConfirmation) { r.Message = "ring the \x07 bell?" }), "control characters"},
+		{"escape sequence in the title", "bad-title", body("bad-title", func(r *command.RequestConfirmation) { r.Title = "Deploy\x1b[2J" }), "title contains control characters"},
+		{"carriage return in an option", "bad-label", body("bad-label", func(r *command.RequestConfirmation) {
 			r.Options = []events.Option{{Label: "Cancel\r1) Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}}
 		}), `option "proceed" contains control characters`},
-		{"negative timeout", "bad-timeout", body("bad-timeout", func(r *confirm.Request) { r.TimeoutS = -5 }), "timeout_s"},
-		{"duplicate options", "bad-dup", body("bad-dup", func(r *confirm.Request) {
+		{"negative timeout", "bad-timeout", body("bad-timeout", func(r *command.RequestConfirmation) { r.TimeoutS = -5 }), "timeout_s"},
+		{"duplicate options", "bad-dup", body("bad-dup", func(r *command.RequestConfirmation) {
 			r.Options = []events.Option{{Label: "Proceed", Value: "proceed"}, {Label: "Go", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}}
 		}), "option value proceed appears twice"},
-		{"default not an option", "bad-default", body("bad-default", func(r *confirm.Request) { r.Default = "maybe" }), "default maybe is not one of the options"},
-		{"no options", "bad-noopts", body("bad-noopts", func(r *confirm.Request) { r.Options = nil }), "no options"},
-		{"unknown field", "bad-unknown", []byte(`{"id":"bad-unknown","message":"Deploy?","options":[{"label":"Proceed","value":"proceed"}],"priority":"high"}`), `unknown field "priority"`},
-		{"invalid id", "bad", body("bad.id", nil), `id "bad.id"`},
+		{"default not an option", "bad-default", body("bad-default", func(r *command.RequestConfirmation) { r.Default = "maybe" }), "default maybe is not one of the options"},
+		{"no options", "bad-noopts", body("bad-noopts", func(r *command.RequestConfirmation) { r.Options = nil }), "at /options: expected array, but got null"},
+		{"unknown field", "bad-unknown", []byte(`{"id":"bad-unknown","message":"Deploy?","options":[{"label":"Proceed","value":"proceed"}],"priority":"high"}`), `'priority' not allowed`},
+		{"invalid id", "bad", body("bad.id", nil), `at /id: does not match pattern`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := send(c.body)
@@ -925,8 +963,12 @@ func TestRequestCommandValidates(t *testing.T) {
 			if code != string(events.CodeInvalidRequest) {
 				t.Fatalf("reply code %q (%q, body %.200s); want %s", code, desc, m.Data, events.CodeInvalidRequest)
 			}
-			if !strings.Contains(desc, c.want) || !strings.Contains(string(m.Data), c.want) {
-				t.Errorf("reply %q / %.300q does not say %q", desc, m.Data, c.want)
+			var body command.ErrorReply
+			if err := json.Unmarshal(m.Data, &body); err != nil || body.Code != events.CodeInvalidRequest {
+				t.Errorf("reply body %.300q is not an error reply (%v)", m.Data, err)
+			}
+			if !strings.Contains(desc, c.want) || !strings.Contains(body.Message, c.want) {
+				t.Errorf("reply %q / %.300q does not say %q", desc, body.Message, c.want)
 			}
 			if evs := logOf(t, bus, "confirm", c.id); len(evs) != 0 {
 				t.Errorf("an invalid request wrote %v", types(evs))
@@ -943,7 +985,7 @@ func TestRequestCommandValidates(t *testing.T) {
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		t.Fatalf("valid request refused: %s %s", code, m.Data)
 	}
-	var reply confirm.RequestReply
+	var reply command.ConfirmationReply
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		t.Fatalf("reply %s: %v", m.Data, err)
 	}
@@ -962,7 +1004,7 @@ func TestRequestCommandValidates(t *testing.T) {
 	waitAsked(t, bus, "good-1")
 
 	// The id is used once, whatever the body.
-	for _, b := range [][]byte{body("good-1", nil), body("good-1", func(r *confirm.Request) { r.Message = "Something else?" })} {
+	for _, b := range [][]byte{body("good-1", nil), body("good-1", func(r *command.RequestConfirmation) { r.Message = "Something else?" })} {
 		m := send(b)
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) || !strings.Contains(string(m.Data), "already exists") {
 			t.Errorf("reusing id good-1: code %q, %s; want conflict, already exists", code, m.Data)
@@ -993,20 +1035,20 @@ func startRun(t *testing.T, nc *nats.Conn) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req runner.StartRequest
+	var req command.StartRun
 	req.Skill.Source, req.Skill.File = string(src), "release_prod.yaml"
 	req.Inputs = map[string]any{"commit_sha": sha}
 	req.RequestedBy = "user:tester"
 	b, _ := json.Marshal(req)
 	var m *nats.Msg
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		m, err = nc.Request(runner.SubjectStart, b, 10*time.Second)
+		m, err = nc.Request(command.RunStart, b, 10*time.Second)
 		return err
 	})
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		t.Fatalf("start: %s %s", code, m.Data)
 	}
-	var reply runner.Reply
+	var reply command.RunReply
 	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.RunID == "" {
 		t.Fatalf("start reply %s: %v", m.Data, err)
 	}
@@ -1048,7 +1090,7 @@ func TestAlwaysProceedOnASkillStep(t *testing.T) {
 		t.Fatalf("run 1 paused at %+v", paused)
 	}
 	waitAsked(t, bus, paused.ConfirmID)
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "heed/cli", paused.ConfirmID, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:tester", Channel: "terminal", Remember: "skill_step"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "heed/cli", paused.ConfirmID, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:tester", Channel: "terminal", Remember: "skill_step"}); err != nil {
 		t.Fatal(err)
 	}
 	teacher := answerEventID(t, bus, paused.ConfirmID)
@@ -1089,7 +1131,7 @@ func TestAlwaysProceedOnASkillStep(t *testing.T) {
 		}
 	}
 	// Cancel it from the prompt's side: the run ends cancelled.
-	if _, err := confirm.Answer(ctxFor(t, 10*time.Second), bus, "heed/cli", paused.ConfirmID, events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:tester"}); err != nil {
+	if _, err := confirmation.Answer(ctxFor(t, 10*time.Second), bus, "heed/cli", paused.ConfirmID, events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:tester"}); err != nil {
 		t.Fatal(err)
 	}
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {

@@ -23,7 +23,9 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/healer"
@@ -166,7 +168,7 @@ func (s *stack) mark(t *testing.T, name string) string {
 }
 
 // command sends a runner command and returns its reply.
-func (s *stack) command(t *testing.T, subject string, req any) runner.Reply {
+func (s *stack) command(t *testing.T, subject string, req any) command.RunReply {
 	t.Helper()
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -188,7 +190,7 @@ func (s *stack) command(t *testing.T, subject string, req any) runner.Reply {
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
 		t.Fatalf("%s refused: %s: %s", subject, code, msg.Header.Get(micro.ErrorHeader))
 	}
-	var rep runner.Reply
+	var rep command.RunReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		t.Fatalf("%s reply %q: %v", subject, msg.Data, err)
 	}
@@ -211,10 +213,10 @@ func skillFile(t *testing.T, name string) (file, src string) {
 // start starts a run of a skill (its YAML source) and returns the run id.
 func (s *stack) start(t *testing.T, file, src string, inputs map[string]any, agent string) string {
 	t.Helper()
-	var req runner.StartRequest
+	var req command.StartRun
 	req.Skill.Source, req.Skill.File = src, file
 	req.Inputs, req.Yes, req.Agent, req.RequestedBy = inputs, true, agent, "test"
-	rep := s.command(t, runner.SubjectStart, req)
+	rep := s.command(t, command.RunStart, req)
 	if rep.RunID == "" {
 		t.Fatalf("start: no run id in %+v", rep)
 	}
@@ -403,13 +405,13 @@ func kvValue(t *testing.T, bus *events.Bus, bucket, key string, v any) bool {
 	return true
 }
 
-func waitFix(t *testing.T, bus *events.Bus, id string, ok func(learner.Fix) error) learner.Fix {
+func waitFix(t *testing.T, bus *events.Bus, id string, ok func(readmodel.Fix) error) readmodel.Fix {
 	t.Helper()
-	var f learner.Fix
+	var f readmodel.Fix
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		f = learner.Fix{}
-		if !kvValue(t, bus, learner.FixesBucket, id, &f) {
-			return fmt.Errorf("%s has no fix %s", learner.FixesBucket, id)
+		f = readmodel.Fix{}
+		if !kvValue(t, bus, readmodel.FixesBucket, id, &f) {
+			return fmt.Errorf("%s has no fix %s", readmodel.FixesBucket, id)
 		}
 		return ok(f)
 	})
@@ -450,8 +452,8 @@ func TestAuthFailureHealedByLoginAndRetried(t *testing.T) {
 	if tr.Classification.Kind != "auth" || tr.Plan != events.PlanPatternFix || tr.HealAttempt != 1 || tr.Attempt != 1 {
 		t.Errorf("heal.triggered = %+v", tr)
 	}
-	if tr.Classification.Signature != learner.ErrorSignature(loggedOutMsg) {
-		t.Errorf("signature %q, want %q", tr.Classification.Signature, learner.ErrorSignature(loggedOutMsg))
+	if tr.Classification.Signature != events.ErrorSignature(loggedOutMsg) {
+		t.Errorf("signature %q, want %q", tr.Classification.Signature, events.ErrorSignature(loggedOutMsg))
 	}
 	if tr.Fix == nil || tr.Fix.Source != "pattern" || tr.Fix.Tool != "kube_login" || tr.Fix.FixID != "" ||
 		!sameJSON(tr.Fix.Args, map[string]any{"cluster": "stage"}) {
@@ -472,8 +474,15 @@ func TestAuthFailureHealedByLoginAndRetried(t *testing.T) {
 			second = d
 		}
 	}
-	if second.RetryOf != retriedEv.ID() {
-		t.Errorf("attempt 2 retry_of %q, want the heal.retried event %q", second.RetryOf, retriedEv.ID())
+	if want := id + "/s0/a1/failed"; second.RetryOf != want {
+		t.Errorf("attempt 2 retry_of %q, want the failed attempt's event %q", second.RetryOf, want)
+	}
+	for _, ev := range ofType(evs, events.RunStepStarted) {
+		if d := decode[events.StepStartedData](t, ev); d.Index == 0 && d.Attempt == 2 {
+			if cause, _ := ev.Extensions()["causationid"].(string); cause != retriedEv.ID() {
+				t.Errorf("attempt 2 caused by %q, want the heal.retried event %q", cause, retriedEv.ID())
+			}
+		}
 	}
 	if !sameJSON(second.Args, retried.Args) {
 		t.Errorf("attempt 2 args %v, want the healer's %v", second.Args, retried.Args)
@@ -493,8 +502,8 @@ func TestAuthFailureHealedByLoginAndRetried(t *testing.T) {
 
 	// The learner counts it: one failure, auto-fixed, of kind auth.
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		var st learner.FailureStats
-		if !kvValue(t, s.bus, learner.StatsBucket, learner.StatsKey, &st) {
+		var st readmodel.FailureStats
+		if !kvValue(t, s.bus, readmodel.StatsBucket, readmodel.StatsKey, &st) {
 			return errors.New("no failure stats yet")
 		}
 		if st.TotalFailures != 1 || st.AutoFixed != 1 || st.ByType["auth"] != 1 || st.ManualRequired != 0 || st.GaveUp != 0 {
@@ -523,7 +532,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 	if failed.Tool != "quay_check" || !strings.Contains(failed.Error.Message, "manifest unknown") {
 		t.Fatalf("step.failed = %+v", failed)
 	}
-	sig := learner.ErrorSignature(failed.Error.Message)
+	sig := events.ErrorSignature(failed.Error.Message)
 	tr := decode[events.HealTriggeredData](t, one(t, evs, events.HealTriggered))
 	if tr.Plan != events.PlanAgent || tr.Classification.Kind != "not_found" || tr.Fix != nil {
 		t.Errorf("heal.triggered = %+v", tr)
@@ -540,7 +549,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 	none(t, evs, events.HealRetried, events.HealGaveUp, events.HealFixApplied, events.RunFailed)
 
 	// The agent retries with the full SHA.
-	s.command(t, runner.SubjectRetry, runner.RetryRequest{RunID: id1, Args: map[string]any{"tag": full}, By: agent})
+	s.command(t, command.RunRetry, command.RetryStep{RunID: id1, Args: map[string]any{"tag": full}, By: agent})
 	evs = waitRun(t, s, id1, 20*time.Second, events.RunCompleted, events.HealHealed)
 	healed := decode[events.HealHealedData](t, one(t, evs, events.HealHealed))
 	if healed.Via != events.PlanAgent || healed.Attempt != 2 || healed.Signature != sig {
@@ -569,7 +578,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 		!sameJSON(learned.WhenWas, map[string]any{"tag": "abc123"}) {
 		t.Errorf("fix.learned = %+v", learned)
 	}
-	fix := waitFix(t, s.bus, fixID, func(f learner.Fix) error {
+	fix := waitFix(t, s.bus, fixID, func(f readmodel.Fix) error {
 		if f.Source != events.FixFromAgent || f.Confidence != 0.6 || !f.Usable() {
 			return fmt.Errorf("fix %+v", f)
 		}
@@ -605,7 +614,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 		}
 	}
 	// A heal by the fix raises its confidence: 0.6 + 0.4*0.3.
-	waitFix(t, s.bus, fixID, func(f learner.Fix) error {
+	waitFix(t, s.bus, fixID, func(f readmodel.Fix) error {
 		if f.Healed != 1 || f.Confidence != 0.72 {
 			return fmt.Errorf("fix after a heal: healed %d, confidence %v", f.Healed, f.Confidence)
 		}
@@ -624,7 +633,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 		t.Errorf("run 3 heal.triggered = %+v (fix %+v), want the agent", tr, tr.Fix)
 	}
 	none(t, evs, events.HealRetried, events.HealHealed)
-	s.command(t, runner.SubjectCancel, runner.CancelRequest{RunID: id3, By: "test"})
+	s.command(t, command.RunCancel, command.CancelRun{RunID: id3, By: "test"})
 	waitRun(t, s, id3, 10*time.Second, events.RunCancelled)
 }
 
@@ -652,7 +661,7 @@ func TestLearnedFixChosenOverPattern(t *testing.T) {
 	if _, err := s.bus.Publish(ctxFor(t, 5*time.Second), &ev); err != nil {
 		t.Fatal(err)
 	}
-	waitFix(t, s.bus, fixID, func(f learner.Fix) error {
+	waitFix(t, s.bus, fixID, func(f readmodel.Fix) error {
 		if f.Confidence != 0.9 || f.Source != events.FixFromPerson {
 			return fmt.Errorf("taught fix %+v", f)
 		}
@@ -700,7 +709,7 @@ func TestLearnedFixChosenOverPattern(t *testing.T) {
 		t.Errorf("kube_login ran although the learned fix was chosen: the mark is gone (%v)", err)
 	}
 	// The failure halves the fix's confidence.
-	waitFix(t, s.bus, fixID, func(f learner.Fix) error {
+	waitFix(t, s.bus, fixID, func(f readmodel.Fix) error {
 		if f.Failed != 1 || f.Confidence != 0.45 {
 			return fmt.Errorf("fix after a failed heal: failed %d, confidence %v", f.Failed, f.Confidence)
 		}
@@ -914,7 +923,7 @@ func TestHealerStartsAfterFailureUsesLearnedFix(t *testing.T) {
 	if _, err := s.bus.Publish(ctxFor(t, 5*time.Second), &ev); err != nil {
 		t.Fatal(err)
 	}
-	waitFix(t, s.bus, fixID, func(learner.Fix) error { return nil })
+	waitFix(t, s.bus, fixID, func(readmodel.Fix) error { return nil })
 
 	file, src := skillFile(t, "scale_down.yaml")
 	id := s.start(t, file, src, map[string]any{"name": "api"}, "")
@@ -936,7 +945,7 @@ func TestHealerStartsAfterFailureUsesLearnedFix(t *testing.T) {
 	if _, err := os.Stat(mark); !os.IsNotExist(err) {
 		t.Errorf("the learned fix's kube_login did not run (stat: %v)", err)
 	}
-	waitFix(t, s.bus, fixID, func(f learner.Fix) error {
+	waitFix(t, s.bus, fixID, func(f readmodel.Fix) error {
 		if f.Healed != 1 || f.Confidence != 0.93 {
 			return fmt.Errorf("fix after a heal: healed %d, confidence %v", f.Healed, f.Confidence)
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/nats-io/nats.go/jetstream"
@@ -100,7 +101,7 @@ func checkDerivedIDs(t *testing.T, path string, line int, ev *events.Event) {
 	case events.HealTriggered:
 		var d events.HealTriggeredData
 		_ = json.Unmarshal(ev.Data(), &d)
-		if want := learner.ErrorSignature(d.Error.Message); d.Classification.Signature != want {
+		if want := events.ErrorSignature(d.Error.Message); d.Classification.Signature != want {
 			t.Errorf("%s:%d: signature %q, heed computes %q", path, line, d.Classification.Signature, want)
 		}
 	case events.FixLearned:
@@ -110,7 +111,7 @@ func checkDerivedIDs(t *testing.T, path string, line int, ev *events.Event) {
 			if want := events.FixID(d.Tool, d.ErrorPattern); ev.Subject() != want {
 				t.Errorf("%s:%d: fix id %s, heed derives %s", path, line, ev.Subject(), want)
 			}
-			if want := learner.ErrorSignature(d.RootCause); d.ErrorPattern != want {
+			if want := events.ErrorSignature(d.RootCause); d.ErrorPattern != want {
 				t.Errorf("%s:%d: error_pattern %q, heed computes %q", path, line, d.ErrorPattern, want)
 			}
 		}
@@ -135,7 +136,7 @@ func replayGolden(t *testing.T, logPath, expectedPath string) {
 	defer cancel()
 	js := bus.JetStream()
 	topo := events.DefaultTopology()
-	for _, b := range append(learner.Buckets(), indexer.Buckets()...) {
+	for _, b := range readmodel.Specs() {
 		if err := events.ProvisionBucket(ctx, js, topo, b); err != nil {
 			t.Fatal(err)
 		}

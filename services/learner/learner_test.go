@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/services/learner"
 )
 
@@ -65,7 +66,7 @@ func TestErrorSignature(t *testing.T) {
 		{"first line 1\nstack trace 0x1234", "first line 2\nanother trace"},
 	}
 	for _, c := range same {
-		a, b := learner.ErrorSignature(c[0]), learner.ErrorSignature(c[1])
+		a, b := events.ErrorSignature(c[0]), events.ErrorSignature(c[1])
 		if a != b {
 			t.Errorf("ErrorSignature(%q) = %q\nErrorSignature(%q) = %q\nwant the same", c[0], a, c[1], b)
 		}
@@ -76,7 +77,7 @@ func TestErrorSignature(t *testing.T) {
 		"dial tcp 10.0.0.1:6443: connect: no route to host":              "dial tcp <n>.<n>.<n>.<n>:<n>: connect: no route to host",
 		"error: You must be logged in to the server (Unauthorized)":      "error: you must be logged in to the server (unauthorized)",
 	} {
-		if got := learner.ErrorSignature(msg); got != want {
+		if got := events.ErrorSignature(msg); got != want {
 			t.Errorf("ErrorSignature(%q) = %q, want %q", msg, got, want)
 		}
 	}
@@ -87,11 +88,11 @@ func TestErrorSignature(t *testing.T) {
 		{"exit status 1", "exit status: permission denied"},
 	}
 	for _, c := range different {
-		if a, b := learner.ErrorSignature(c[0]), learner.ErrorSignature(c[1]); a == b {
+		if a, b := events.ErrorSignature(c[0]), events.ErrorSignature(c[1]); a == b {
 			t.Errorf("%q and %q share signature %q", c[0], c[1], a)
 		}
 	}
-	long := learner.ErrorSignature(strings.Repeat("word ", 100))
+	long := events.ErrorSignature(strings.Repeat("word ", 100))
 	if len(long) > 160 {
 		t.Errorf("signature of a long message has %d bytes, want at most 160", len(long))
 	}
@@ -107,15 +108,15 @@ func TestShape(t *testing.T) {
 		{"ABC1234", "text"}, {"api", "text"}, {"release-1.2", "text"},
 		{[]any{1}, "list"}, {map[string]any{"a": 1}, "object"}, {struct{}{}, "other"},
 	} {
-		if got := learner.Shape(c.v); got != c.want {
+		if got := readmodel.Shape(c.v); got != c.want {
 			t.Errorf("Shape(%#v) = %q, want %q", c.v, got, c.want)
 		}
 	}
-	shapes := learner.Shapes(map[string]any{"tag": "abc1234", "replicas": float64(2)})
+	shapes := readmodel.Shapes(map[string]any{"tag": "abc1234", "replicas": float64(2)})
 	if shapes["tag"] != "hex7" || shapes["replicas"] != "number" || len(shapes) != 2 {
 		t.Errorf("Shapes = %v", shapes)
 	}
-	p := learner.Pattern{ArgShapes: map[string]string{"tag": "hex7"}}
+	p := readmodel.Pattern{ArgShapes: map[string]string{"tag": "hex7"}}
 	if !p.Matches(map[string]any{"tag": "def5678", "other": 1}) || p.Matches(map[string]any{"tag": "def5678" + "9"}) || p.Matches(nil) {
 		t.Error("Pattern.Matches does not compare shapes")
 	}
@@ -126,7 +127,7 @@ func TestPatternConfidence(t *testing.T) {
 	s := mapStore{}
 	bad := map[string]any{"tag": "abc1234"}
 	fail := events.ErrorInfo{Message: "manifest unknown: quay.io/x:abc1234", Kind: "exit"}
-	id := learner.PatternID("quay_check", learner.ErrorSignature(fail.Message), learner.Shapes(bad))
+	id := learner.PatternID("quay_check", events.ErrorSignature(fail.Message), readmodel.Shapes(bad))
 	call := func(run string, at time.Duration, args map[string]any, failed bool) {
 		t.Helper()
 		apply(t, p, s, events.RunStepStarted, run, at, events.StepStartedData{Step: "check", Index: 0, Attempt: 1, Kind: "tool", Tool: "quay_check", Args: args})
@@ -139,9 +140,9 @@ func TestPatternConfidence(t *testing.T) {
 			t.Errorf("the call's shape is kept after its result")
 		}
 	}
-	get := func() learner.Pattern {
+	get := func() readmodel.Pattern {
 		t.Helper()
-		var pat learner.Pattern
+		var pat readmodel.Pattern
 		if ok, _ := s.Get(context.Background(), id, &pat); !ok {
 			t.Fatalf("no pattern %s; store: %v", id, keys(s))
 		}
@@ -161,7 +162,7 @@ func TestPatternConfidence(t *testing.T) {
 			t.Errorf("after %d failures: %d occurrences, confidence %v, stage %s, kind %s; want %v %s usage", i+1, pat.Occurrences, pat.Confidence, pat.Stage, pat.Kind, want.conf, want.stage)
 		}
 		if got := pat.Active(t0.Add(at+time.Minute), 0); got != want.active {
-			t.Errorf("after %d failures: active %v, want %v (threshold %v)", i+1, got, want.active, learner.ActiveConfidence)
+			t.Errorf("after %d failures: active %v, want %v (threshold %v)", i+1, got, want.active, readmodel.ActiveConfidence)
 		}
 	}
 	last := get()
@@ -172,7 +173,7 @@ func TestPatternConfidence(t *testing.T) {
 		t.Errorf("pattern %+v", last)
 	}
 	// Quiet period: active until it has been quiet longer than the period.
-	if !last.Active(last.LastSeen.Add(learner.DefaultQuietPeriod), 0) || last.Active(last.LastSeen.Add(learner.DefaultQuietPeriod+time.Second), 0) {
+	if !last.Active(last.LastSeen.Add(readmodel.DefaultQuietPeriod), 0) || last.Active(last.LastSeen.Add(readmodel.DefaultQuietPeriod+time.Second), 0) {
 		t.Error("default quiet period is not 30 days")
 	}
 	if !last.Active(last.LastSeen.Add(time.Hour), 2*time.Hour) || last.Active(last.LastSeen.Add(3*time.Hour), 2*time.Hour) {
@@ -193,7 +194,7 @@ func TestPatternConfidence(t *testing.T) {
 		if pat.Successes != i+1 || pat.Confidence != want.conf || pat.Stage != want.stage {
 			t.Errorf("after %d successes: confidence %v stage %s, want %v %s", i+1, pat.Confidence, pat.Stage, want.conf, want.stage)
 		}
-		if active := pat.Active(t0.Add(time.Duration(11+i)*time.Hour), 0); active != (want.conf >= learner.ActiveConfidence) {
+		if active := pat.Active(t0.Add(time.Duration(11+i)*time.Hour), 0); active != (want.conf >= readmodel.ActiveConfidence) {
 			t.Errorf("after %d successes: active %v at confidence %v", i+1, active, pat.Confidence)
 		}
 	}
@@ -205,8 +206,8 @@ func TestPatternConfidence(t *testing.T) {
 	apply(t, p, s, events.RunStepFailed, "n1", 20*time.Hour, events.StepFailedData{Step: "get", Index: 0, Attempt: 1, Tool: "kube_get_deployment", Args: map[string]any{"name": "api"}, Error: net})
 	apply(t, p, s, events.RunStepStarted, "n2", 21*time.Hour, events.StepStartedData{Step: "get", Index: 0, Attempt: 1, Kind: "tool", Tool: "kube_get_deployment", Args: map[string]any{"name": "api"}})
 	apply(t, p, s, events.RunStepCompleted, "n2", 21*time.Hour, events.StepCompletedData{Step: "get", Index: 0, Attempt: 1})
-	var infra learner.Pattern
-	if ok, _ := s.Get(context.Background(), learner.PatternID("kube_get_deployment", learner.ErrorSignature(net.Message), map[string]string{}), &infra); !ok {
+	var infra readmodel.Pattern
+	if ok, _ := s.Get(context.Background(), learner.PatternID("kube_get_deployment", events.ErrorSignature(net.Message), map[string]string{}), &infra); !ok {
 		t.Fatalf("no infrastructure pattern; store: %v", keys(s))
 	}
 	if infra.Kind != "infrastructure" || len(infra.ArgShapes) != 0 || infra.Successes != 0 || infra.Confidence != 0.2 {
@@ -248,10 +249,10 @@ func TestDecisionScoring(t *testing.T) {
 			t.Errorf("request %s kept after its answer", cid)
 		}
 	}
-	get := func(op, scope string) learner.Decision {
+	get := func(op, scope string) readmodel.Decision {
 		t.Helper()
-		var d learner.Decision
-		if ok, _ := s.Get(context.Background(), learner.DecisionKey(op, scope), &d); !ok {
+		var d readmodel.Decision
+		if ok, _ := s.Get(context.Background(), readmodel.DecisionKey(op, scope), &d); !ok {
 			t.Fatalf("no decision %s %s; store: %v", op, scope, keys(s))
 		}
 		return d
@@ -304,8 +305,8 @@ func TestDecisionScoring(t *testing.T) {
 	if _, ok := s["run.run"+fmt.Sprint(n)]; !ok {
 		t.Error("an approved run without an outcome is not remembered")
 	}
-	if learner.DecisionKey("a/b.c", "prod env") != "op.a_b_c.prod_env" {
-		t.Errorf("DecisionKey = %s", learner.DecisionKey("a/b.c", "prod env"))
+	if readmodel.DecisionKey("a/b.c", "prod env") != "op.a_b_c.prod_env" {
+		t.Errorf("DecisionKey = %s", readmodel.DecisionKey("a/b.c", "prod env"))
 	}
 }
 
@@ -318,9 +319,9 @@ func TestFixConfidence(t *testing.T) {
 		apply(t, p, s, events.FixLearned, id, 0, events.FixLearnedData{Tool: "quay_check", ErrorPattern: "manifest unknown: <h>", Description: "use the full sha",
 			ArgsPatch: map[string]any{"tag": "{{ args.tag }}0"}, Source: source, Confidence: conf})
 	}
-	get := func() learner.Fix {
+	get := func() readmodel.Fix {
 		t.Helper()
-		var f learner.Fix
+		var f readmodel.Fix
 		if ok, _ := s.Get(context.Background(), id, &f); !ok {
 			t.Fatalf("no fix %s", id)
 		}
@@ -355,7 +356,7 @@ func TestFixConfidence(t *testing.T) {
 		if f.Confidence != want || f.Failed != i+1 {
 			t.Errorf("after %d failed heals: confidence %v failed %d; want %v", i+1, f.Confidence, f.Failed, want)
 		}
-		if f.Usable() != (want >= learner.FixMinConfidence) {
+		if f.Usable() != (want >= readmodel.FixMinConfidence) {
 			t.Errorf("at %v usable = %v", f.Confidence, f.Usable())
 		}
 	}
@@ -403,8 +404,8 @@ func TestStatsCounts(t *testing.T) {
 	fail("c", day(100))
 	apply(t, p, s, events.HealTriggered, "c", day(100), events.HealTriggeredData{Step: "x", Attempt: 2, Classification: events.Classification{Kind: "auth"}, Plan: events.PlanPatternFix, HealAttempt: 2})
 	apply(t, p, s, events.HealGaveUp, "c", day(100), events.HealGaveUpData{Step: "x", Attempt: 2, Reason: "no"})
-	var st learner.FailureStats
-	if ok, _ := s.Get(context.Background(), learner.StatsKey, &st); !ok {
+	var st readmodel.FailureStats
+	if ok, _ := s.Get(context.Background(), readmodel.StatsKey, &st); !ok {
 		t.Fatal("no stats")
 	}
 	if st.TotalFailures != 3 || st.AutoFixed != 1 || st.AgentFixed != 1 || st.ManualRequired != 1 || st.GaveUp != 1 || st.FixesLearned != 1 {

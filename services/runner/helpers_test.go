@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/eventstest"
 	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/services/confirm"
@@ -202,7 +203,7 @@ func (h *harness) request(subject string, body []byte) *nats.Msg {
 
 // command sends a JSON command and decodes the reply; a micro error fails
 // the test.
-func (h *harness) command(subject string, req any) runner.Reply {
+func (h *harness) command(subject string, req any) command.RunReply {
 	h.t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -212,7 +213,7 @@ func (h *harness) command(subject string, req any) runner.Reply {
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		h.t.Fatalf("%s: %s: %s", subject, code, m.Data)
 	}
-	var reply runner.Reply
+	var reply command.RunReply
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		h.t.Fatalf("%s reply %q: %v", subject, m.Data, err)
 	}
@@ -222,10 +223,10 @@ func (h *harness) command(subject string, req any) runner.Reply {
 // start starts a run and returns its id.
 func (h *harness) start(source string, inputs map[string]any, yes bool) string {
 	h.t.Helper()
-	var req runner.StartRequest
+	var req command.StartRun
 	req.Skill.Source, req.Skill.File = source, "test.yaml"
 	req.Inputs, req.Yes, req.RequestedBy = inputs, yes, "user:test"
-	reply := h.command(runner.SubjectStart, req)
+	reply := h.command(command.RunStart, req)
 	if !events.ValidID(reply.RunID) || reply.Status != runner.StatusRequested {
 		h.t.Fatalf("start reply %+v", reply)
 	}
@@ -415,7 +416,7 @@ func (h *harness) deadLetters() uint64 {
 // instead of failing the test. The request carries a request id, so a
 // retry after a lost reply starts the run once.
 func startRun(h *harness, source string, inputs map[string]any) (string, error) {
-	var req runner.StartRequest
+	var req command.StartRun
 	req.Skill.Source, req.Skill.File = source, "test.yaml"
 	req.Inputs, req.RequestedBy = inputs, "user:test"
 	req.RequestID = rand.Text()
@@ -425,7 +426,7 @@ func startRun(h *harness, source string, inputs map[string]any) (string, error) 
 	}
 	deadline := time.Now().Add(45 * time.Second)
 	for {
-		m, err := h.nc.Request(runner.SubjectStart, body, 10*time.Second)
+		m, err := h.nc.Request(command.RunStart, body, 10*time.Second)
 		if err != nil {
 			if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)) && time.Now().Before(deadline) {
 				if errors.Is(err, nats.ErrTimeout) {
@@ -439,7 +440,7 @@ func startRun(h *harness, source string, inputs map[string]any) (string, error) 
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 			return "", fmt.Errorf("start: %s: %s", code, m.Data)
 		}
-		var reply runner.Reply
+		var reply command.RunReply
 		if err := json.Unmarshal(m.Data, &reply); err != nil {
 			return "", err
 		}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/lib/tool"
+	"github.com/heedhq/heed/services/runner"
 	"github.com/nats-io/nats.go"
 )
 

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/runner"
-	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -134,7 +136,7 @@ func TestReleaseProd(t *testing.T) {
 		if ended(evs) != "" {
 			t.Fatalf("a paused run ended:\n%s", describe(evs))
 		}
-		if _, err := confirm.Answer(h.ctx(), h.bus, "heed/test", cid, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Channel: "test"}); err != nil {
+		if _, err := confirmation.Answer(h.ctx(), h.bus, "heed/test", cid, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Channel: "test"}); err != nil {
 			t.Fatal(err)
 		}
 		evs = h.waitEnd(id, events.RunCompleted)
@@ -150,9 +152,9 @@ func TestReleaseProd(t *testing.T) {
 			t.Errorf("outputs.mr = %#v", done.Outputs["mr"])
 		}
 		// A second answer is refused and changes nothing.
-		_, err := confirm.Answer(h.ctx(), h.bus, "heed/test", cid, events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:bob"})
-		var already *confirm.AlreadyAnsweredError
-		if !errors.As(err, &already) || already.By != "user:alice" {
+		_, err := confirmation.Answer(h.ctx(), h.bus, "heed/test", cid, events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:bob"})
+		var already *confirmation.AlreadyAnswered
+		if !errors.As(err, &already) || already.Winner.By != "user:alice" {
 			t.Errorf("second answer: %v", err)
 		}
 	})
@@ -162,7 +164,7 @@ func TestReleaseProd(t *testing.T) {
 		h := h.with(t)
 		id := h.start(src, map[string]any{"commit_sha": sha40}, false)
 		h.waitRun(id, 30*time.Second, "run.paused", hasType(events.RunPaused))
-		if _, err := confirm.Answer(h.ctx(), h.bus, "heed/test", runner.ConfirmID(id, 2, 1), events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:alice"}); err != nil {
+		if _, err := confirmation.Answer(h.ctx(), h.bus, "heed/test", runner.ConfirmID(id, 2, 1), events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "user:alice"}); err != nil {
 			t.Fatal(err)
 		}
 		evs := h.waitEnd(id, events.RunCancelled)
@@ -185,7 +187,7 @@ func TestReleaseProd(t *testing.T) {
 		h := h.with(t)
 		id := h.start(src, map[string]any{"commit_sha": sha40}, false)
 		h.waitRun(id, 30*time.Second, "run.paused", hasType(events.RunPaused))
-		reply := h.command(runner.SubjectContinue, runner.ContinueRequest{RunID: id, Choice: "proceed", Reason: "image verified", By: "agent:claude"})
+		reply := h.command(command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed", Reason: "image verified", By: "agent:claude"})
 		if reply.ConfirmID != runner.ConfirmID(id, 2, 1) || reply.Status != runner.StatusRunning {
 			t.Errorf("continue reply %+v", reply)
 		}
@@ -214,7 +216,7 @@ func TestReleaseProd(t *testing.T) {
 			t.Errorf("run.failed = %+v", rf)
 		}
 
-		reply := h.command(runner.SubjectRetry, runner.RetryRequest{RunID: id, Args: map[string]any{"tag": sha40}, Reason: "use the full sha", By: "agent:fixer"})
+		reply := h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": sha40}, Reason: "use the full sha", By: "agent:fixer"})
 		if reply.RunID != id || reply.Status != runner.StatusRunning {
 			t.Errorf("retry reply %+v", reply)
 		}
@@ -229,7 +231,7 @@ func TestReleaseProd(t *testing.T) {
 				retried = &d
 			}
 		}
-		if retried == nil || retried.Args["tag"] != sha40 || retried.RetryOf != "retry" || retried.IdempotencyKey != tool.IdempotencyKey(id, 0, 2) {
+		if retried == nil || retried.Args["tag"] != sha40 || retried.RetryOf != id+"/s0/a1/failed" || retried.IdempotencyKey != tool.IdempotencyKey(id, 0, 2) {
 			t.Errorf("retried attempt = %+v", retried)
 		}
 		resumed := ofType(evs, events.RunResumed)
@@ -244,7 +246,7 @@ func TestReleaseProd(t *testing.T) {
 			t.Errorf("outputs.image = %#v", done.Outputs["image"])
 		}
 		// Nothing left to retry.
-		m := h.request(runner.SubjectRetry, []byte(`{"run_id":"`+id+`"}`))
+		m := h.request(command.RunRetry, []byte(`{"run_id":"`+id+`"}`))
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) {
 			t.Errorf("retry of a completed run: %q %s", code, m.Data)
 		}
@@ -260,7 +262,7 @@ func TestRetryThatFailsAgain(t *testing.T) {
 	id := h.start(releaseProd(t), map[string]any{"commit_sha": "0123abcdef"}, true)
 	h.waitEnd(id, events.RunFailed)
 	for attempt, tag := range []string{"0123abcdef0", "0123abcdef01"} {
-		h.command(runner.SubjectRetry, runner.RetryRequest{RunID: id, Args: map[string]any{"tag": tag}})
+		h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": tag}})
 		evs := h.waitEnd(id, events.RunFailed)
 		failures := ofType(evs, events.RunFailed)
 		if len(failures) != attempt+2 {
@@ -271,7 +273,7 @@ func TestRetryThatFailsAgain(t *testing.T) {
 			t.Errorf("run.failed after retry %d: %q, want %q", attempt+1, rf.Error.Message, want)
 		}
 	}
-	h.command(runner.SubjectRetry, runner.RetryRequest{RunID: id, Args: map[string]any{"tag": sha40}})
+	h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": sha40}})
 	evs := h.waitEnd(id, events.RunCompleted)
 	want := []string{"step.started:0/1", "step.failed:0/1", "step.started:0/2", "step.failed:0/2", "step.started:0/3", "step.failed:0/3", "step.started:0/4", "step.completed:0/4"}
 	if got := steps(t, evs); !reflect.DeepEqual(got[:len(want)], want) {
@@ -464,7 +466,7 @@ func TestStepFlow(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		cancelled := time.Now()
-		reply := h.command(runner.SubjectCancel, runner.CancelRequest{RunID: id, Reason: "wrong target", By: "user:bob"})
+		reply := h.command(command.RunCancel, command.CancelRun{RunID: id, Reason: "wrong target", By: "user:bob"})
 		if reply.Status != runner.StatusCancelled {
 			t.Errorf("cancel reply %+v", reply)
 		}
@@ -494,7 +496,7 @@ func TestStepFlow(t *testing.T) {
 			t.Errorf("steps after cancel: %v", got)
 		}
 		// A cancelled run cannot be cancelled again.
-		m := h.request(runner.SubjectCancel, []byte(`{"run_id":"`+id+`"}`))
+		m := h.request(command.RunCancel, []byte(`{"run_id":"`+id+`"}`))
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) {
 			t.Errorf("second cancel: %q %s", code, m.Data)
 		}
@@ -582,12 +584,12 @@ func TestAgentDrivenRun(t *testing.T) {
 		t.Errorf("%d dead letters: the agent's events were refused", n)
 	}
 	// Retrying a step is the agent's business.
-	m := h.request(runner.SubjectRetry, []byte(`{"run_id":"`+id+`"}`))
+	m := h.request(command.RunRetry, []byte(`{"run_id":"`+id+`"}`))
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) || !strings.Contains(string(m.Data), "not driven by the runner") {
 		t.Errorf("retry of an agent's run: %q %s", code, m.Data)
 	}
 	// A cancel from the command API still works on it: the log is shared.
-	reply := h.command(runner.SubjectCancel, runner.CancelRequest{RunID: id, By: "user:alice"})
+	reply := h.command(command.RunCancel, command.CancelRun{RunID: id, By: "user:alice"})
 	if reply.Status != runner.StatusCancelled {
 		t.Errorf("cancel reply %+v", reply)
 	}
@@ -616,20 +618,22 @@ func TestBadCommands(t *testing.T) {
 		code                events.Code
 		want                []string
 	}{
-		{"invalid JSON", runner.SubjectStart, `{"skill": {`, events.CodeInvalidRequest, []string{"request is not valid JSON for this command"}},
-		{"not an object", runner.SubjectStart, `[1,2]`, events.CodeInvalidRequest, []string{"not valid JSON for this command"}},
-		{"unknown field", runner.SubjectStart, `{"skill":{"source":"x"},"colour":"red"}`, events.CodeInvalidRequest, []string{`unknown field "colour"`}},
-		{"empty source", runner.SubjectStart, `{"skill":{"source":"  "}}`, events.CodeInvalidRequest, []string{"skill.source is empty"}},
-		{"lint errors", runner.SubjectStart, start(lint, nil), events.CodeInvalidRequest, []string{"skill does not load", "bad.yaml:7:", "unknown name enviroment"}},
-		{"missing required input", runner.SubjectStart, start(releaseProd(t), nil), events.CodeInvalidRequest, []string{`skill release_prod: missing required input "commit_sha"`}},
-		{"unknown input", runner.SubjectStart, start(releaseProd(t), map[string]any{"commit_sha": sha40, "enviroment": "prod"}), events.CodeInvalidRequest, []string{`unknown input "enviroment"`}},
-		{"bad input type", runner.SubjectStart, start(conditionSkill, map[string]any{"go": "perhaps"}), events.CodeInvalidRequest, []string{"input go: perhaps is not true or false"}},
-		{"unknown tool", runner.SubjectStart, start("name: t\nsteps:\n  - name: a\n    tool: no_such_tool\n", nil), events.CodeInvalidRequest, []string{"uses tools the runner does not have: no_such_tool", "tools file:"}},
-		{"retry unknown field", runner.SubjectRetry, `{"run_id":"abc","argz":{}}`, events.CodeInvalidRequest, []string{`unknown field "argz"`}},
-		{"retry bad run id", runner.SubjectRetry, `{"run_id":"../etc"}`, events.CodeInvalidRequest, []string{`"../etc" is not a valid run id`}},
-		{"continue bad JSON", runner.SubjectContinue, `{"run_id":`, events.CodeInvalidRequest, []string{"not valid JSON"}},
-		{"cancel empty run id", runner.SubjectCancel, `{}`, events.CodeInvalidRequest, []string{`"" is not a valid run id`}},
-		{"cancel unknown run", runner.SubjectCancel, `{"run_id":"nosuchrun"}`, events.CodeNotFound, []string{`no run "nosuchrun"`}},
+		{"invalid JSON", command.RunStart, `{"skill": {`, events.CodeInvalidRequest, []string{"heed.cmd.run.start: the request is not JSON"}},
+		{"not an object", command.RunStart, `[1,2]`, events.CodeInvalidRequest, []string{"expected object, but got array"}},
+		{"unknown field", command.RunStart, `{"skill":{"source":"x"},"colour":"red"}`, events.CodeInvalidRequest, []string{`'colour' not allowed`}},
+		{"no skill", command.RunStart, `{"inputs":{}}`, events.CodeInvalidRequest, []string{`missing properties: 'skill'`}},
+		{"empty body", command.RunStart, ``, events.CodeInvalidRequest, []string{`the request is empty`}},
+		{"empty source", command.RunStart, `{"skill":{"source":"  "}}`, events.CodeInvalidRequest, []string{"skill.source is empty"}},
+		{"lint errors", command.RunStart, start(lint, nil), events.CodeInvalidRequest, []string{"skill does not load", "bad.yaml:7:", "unknown name enviroment"}},
+		{"missing required input", command.RunStart, start(releaseProd(t), nil), events.CodeInvalidRequest, []string{`skill release_prod: missing required input "commit_sha"`}},
+		{"unknown input", command.RunStart, start(releaseProd(t), map[string]any{"commit_sha": sha40, "enviroment": "prod"}), events.CodeInvalidRequest, []string{`unknown input "enviroment"`}},
+		{"bad input type", command.RunStart, start(conditionSkill, map[string]any{"go": "perhaps"}), events.CodeInvalidRequest, []string{"input go: perhaps is not true or false"}},
+		{"unknown tool", command.RunStart, start("name: t\nsteps:\n  - name: a\n    tool: no_such_tool\n", nil), events.CodeInvalidRequest, []string{"uses tools the runner does not have: no_such_tool", "tools file:"}},
+		{"retry unknown field", command.RunRetry, `{"run_id":"abc","argz":{}}`, events.CodeInvalidRequest, []string{`'argz' not allowed`}},
+		{"retry bad run id", command.RunRetry, `{"run_id":"../etc"}`, events.CodeInvalidRequest, []string{`at /run_id: does not match pattern`}},
+		{"continue bad JSON", command.RunContinue, `{"run_id":`, events.CodeInvalidRequest, []string{"the request is not JSON"}},
+		{"cancel empty run id", command.RunCancel, `{}`, events.CodeInvalidRequest, []string{`missing properties: 'run_id'`}},
+		{"cancel unknown run", command.RunCancel, `{"run_id":"nosuchrun"}`, events.CodeNotFound, []string{`no run "nosuchrun"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -643,9 +647,13 @@ func TestBadCommands(t *testing.T) {
 			if strings.ContainsAny(desc, "\r\n") {
 				t.Errorf("error header spans lines: %q", desc)
 			}
+			var body command.ErrorReply
+			if err := json.Unmarshal(m.Data, &body); err != nil || body.Code != tc.code {
+				t.Errorf("error body %q is not an error reply with code %s (%v)", m.Data, tc.code, err)
+			}
 			for _, w := range tc.want {
-				if !strings.Contains(string(m.Data), w) || !strings.Contains(desc, w) {
-					t.Errorf("error %q / %q does not say %q", desc, m.Data, w)
+				if !strings.Contains(body.Message, w) || !strings.Contains(desc, w) {
+					t.Errorf("error %q / %q does not say %q", desc, body.Message, w)
 				}
 			}
 		})

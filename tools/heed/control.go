@@ -187,7 +187,7 @@ unless --yes answers with the proceed option.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option (override) instead of asking")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option instead of asking (recorded as your answer, reason --yes)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
 	var reason, by, remember string
 	answer := &cobra.Command{

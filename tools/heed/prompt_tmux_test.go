@@ -372,7 +372,7 @@ func TestConfirmWithoutTerminal(t *testing.T) {
 	}
 
 	out, errOut, code = cli("confirm", id, "--yes")
-	if code != 0 || !strings.Contains(out, "→ proceed (override by ") {
+	if code != 0 || !strings.Contains(out, "→ proceed (user by ") {
 		t.Fatalf("heed confirm --yes: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	m, err := s.GetLastMsgForSubject(ctx, events.ConfirmAnswered.Subject(id))
@@ -383,13 +383,13 @@ func TestConfirmWithoutTerminal(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &a); err != nil {
 		t.Fatal(err)
 	}
-	if a.Choice != "proceed" || a.Method != events.MethodOverride || a.Channel != "cli" {
-		t.Errorf("stored answer = %+v; want proceed, method override, channel cli", a)
+	if a.Choice != "proceed" || a.Method != events.MethodUser || a.Channel != "cli" || a.Reason != "--yes" {
+		t.Errorf("stored answer = %+v; want proceed, method user (a person answered, with --yes), channel cli", a)
 	}
 
 	// The first answer won: a second is refused, naming it.
 	out, errOut, code = cli("confirm", id, "--yes")
-	if code == 0 || !strings.Contains(errOut, "already answered by") || !strings.Contains(errOut, `"proceed" (method override)`) {
+	if code == 0 || !strings.Contains(errOut, "already answered by") || !strings.Contains(errOut, `"proceed" (method user)`) {
 		t.Errorf("second heed confirm --yes: exit %d\nstdout:\n%s\nstderr:\n%s\nwant a refusal naming the first answer", code, out, errOut)
 	}
 }

@@ -25,7 +25,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/eventstest"
-	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -311,32 +311,32 @@ func publish(t *testing.T, js jetstream.JetStream, msg *nats.Msg) *jetstream.Pub
 
 // indexEntry reads the index projection's entry for key: the stored value
 // is an envelope {"seq": <log position>, "value": <entry>}.
-func indexEntry(ctx context.Context, js jetstream.JetStream, key string) (indexer.Entry, []byte, error) {
-	kv, err := js.KeyValue(ctx, indexer.Bucket)
+func indexEntry(ctx context.Context, js jetstream.JetStream, key string) (readmodel.IndexEntry, []byte, error) {
+	kv, err := js.KeyValue(ctx, readmodel.IndexBucket)
 	if err != nil {
-		return indexer.Entry{}, nil, fmt.Errorf("bucket %s: %w", indexer.Bucket, err)
+		return readmodel.IndexEntry{}, nil, fmt.Errorf("bucket %s: %w", readmodel.IndexBucket, err)
 	}
 	e, err := kv.Get(ctx, key)
 	if err != nil {
-		return indexer.Entry{}, nil, fmt.Errorf("key %s: %w", key, err)
+		return readmodel.IndexEntry{}, nil, fmt.Errorf("key %s: %w", key, err)
 	}
 	var env struct {
-		Seq   uint64        `json:"seq"`
-		Value indexer.Entry `json:"value"`
+		Seq   uint64               `json:"seq"`
+		Value readmodel.IndexEntry `json:"value"`
 	}
 	if err := json.Unmarshal(e.Value(), &env); err != nil {
-		return indexer.Entry{}, nil, fmt.Errorf("key %s: %w", key, err)
+		return readmodel.IndexEntry{}, nil, fmt.Errorf("key %s: %w", key, err)
 	}
 	return env.Value, e.Value(), nil
 }
 
 // waitIndexed waits until the index entry of run id counts want events and
 // its last event is lastID.
-func waitIndexed(t *testing.T, js jetstream.JetStream, runID string, want int, lastID string) indexer.Entry {
+func waitIndexed(t *testing.T, js jetstream.JetStream, runID string, want int, lastID string) readmodel.IndexEntry {
 	t.Helper()
-	var got indexer.Entry
+	var got readmodel.IndexEntry
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		e, _, err := indexEntry(ctxFor(t, 2*time.Second), js, indexer.Key("run", runID))
+		e, _, err := indexEntry(ctxFor(t, 2*time.Second), js, readmodel.IndexKey("run", runID))
 		if err != nil {
 			return err
 		}
@@ -370,8 +370,8 @@ func TestUpStartsAndStopsCleanly(t *testing.T) {
 					t.Errorf("stream %s: %v (streams: %v)", want, err, names)
 				}
 			}
-			if _, err := js.KeyValue(ctx, indexer.Bucket); err != nil {
-				t.Errorf("index bucket %s: %v", indexer.Bucket, err)
+			if _, err := js.KeyValue(ctx, readmodel.IndexBucket); err != nil {
+				t.Errorf("index bucket %s: %v", readmodel.IndexBucket, err)
 			}
 			// The indexer answers its health check over NATS.
 			reply, err := nc.Request("heed.svc.indexer.health", nil, 3*time.Second)
@@ -451,7 +451,7 @@ func TestUpRestartKeepsData(t *testing.T) {
 	if msgsBefore != 1 {
 		t.Fatalf("%s holds %d messages, want 1", events.EventStream, msgsBefore)
 	}
-	_, kvBefore, err := indexEntry(ctx, js, indexer.Key("run", runID))
+	_, kvBefore, err := indexEntry(ctx, js, readmodel.IndexKey("run", runID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestUpRestartKeepsData(t *testing.T) {
 		t.Errorf("after restart the stored event is seq %d, ce-id %q, data %s; want seq %d, ce-id %q, data %s",
 			m.Sequence, m.Header.Get("ce-id"), m.Data, ack.Sequence, eventID, stepFailedData)
 	}
-	_, kvAfter, err := indexEntry(ctx, js, indexer.Key("run", runID))
+	_, kvAfter, err := indexEntry(ctx, js, readmodel.IndexKey("run", runID))
 	if err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
