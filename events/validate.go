@@ -34,7 +34,7 @@ import (
 type Validator struct {
 	commands map[string]*jsonschema.Schema
 	byType   map[Type]*jsonschema.Schema
-	fast   map[Type]*fastNode // nil entry: the schema uses a feature the fast stage does not handle
+	fast     map[Type]*fastNode // nil entry: the schema uses a feature the fast stage does not handle
 }
 
 // NewValidator compiles the schema of every type in the catalog. A catalog
