@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/schemas"
 )
 
@@ -93,4 +96,62 @@ func TestSchemasRejectBadInstances(t *testing.T) {
 			t.Errorf("%s accepts an unknown field", info.Type)
 		}
 	}
+}
+
+const (
+	bucketsBegin = "<!-- buckets:begin -->"
+	bucketsEnd   = "<!-- buckets:end -->"
+	commandsBeg  = "<!-- commands:begin -->"
+	commandsEnd  = "<!-- commands:end -->"
+)
+
+func bucketsTable() string {
+	var b strings.Builder
+	b.WriteString("| bucket | written by | key | holds |\n|---|---|---|---|\n")
+	for _, info := range readmodel.Buckets() {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", info.Name, info.Writer, info.Key, info.Description)
+	}
+	return b.String()
+}
+
+// TestEventsDocBucketsAndCommands: docs/EVENTS.md lists every read-model
+// bucket as events/readmodel declares it, and every command with a link to
+// its schema; every command schema is a command the contract names.
+func TestEventsDocBucketsAndCommands(t *testing.T) {
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i, j := strings.Index(s, bucketsBegin), strings.Index(s, bucketsEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %s … %s section", docPath, bucketsBegin, bucketsEnd)
+	}
+	if *updateDoc {
+		s = s[:i+len(bucketsBegin)] + "\n" + bucketsTable() + s[j:]
+		if err := os.WriteFile(docPath, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if strings.TrimSpace(s[i+len(bucketsBegin):j]) != strings.TrimSpace(bucketsTable()) {
+		t.Errorf("the buckets table in %s is out of date; run: go test ./events -run EventsDoc -update-doc", docPath)
+	}
+	i, j = strings.Index(s, commandsBeg), strings.Index(s, commandsEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %s … %s section", docPath, commandsBeg, commandsEnd)
+	}
+	table := s[i:j]
+	if got, want := strings.Join(schemas.Commands(), " "), strings.Join(sorted(command.Subjects()), " "); got != want {
+		t.Errorf("schemas/commands and command.Subjects differ:\n schemas: %s\n command: %s", got, want)
+	}
+	for _, subject := range command.Subjects() {
+		if !strings.Contains(table, "| `"+subject+"` | [schema](../schemas/"+schemas.CommandSchemaPath(subject)+")") {
+			t.Errorf("the commands table in %s has no row for %s linking its schema", docPath, subject)
+		}
+	}
+}
+
+func sorted(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return out
 }
