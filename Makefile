@@ -21,6 +21,8 @@ build:
 	$(GO) build -o bin/heed-runner ./services/runner/cmd/heed-runner
 	$(GO) build -o bin/heed-learner ./services/learner/cmd/heed-learner
 	$(GO) build -o bin/heed-confirm-router ./services/confirm/cmd/heed-confirm-router
+	$(GO) build -o bin/heed-healer ./services/healer/cmd/heed-healer
+	$(GO) build -o bin/heed-loadgen ./tools/loadgen
 
 ## run: heed with an embedded NATS server and every service, data in $(DATA)
 run: build
@@ -49,7 +51,7 @@ staticcheck:
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
 	$(GO) test -run='^$$' -fuzz='^FuzzFastStage$$' -fuzztime=$(FUZZTIME) ./events
-	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./services/runner/skill
+	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./lib/skill
 
 ## bench: throughput and latency against raw JetStream in the same run
 bench: build
