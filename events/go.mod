@@ -2,12 +2,17 @@ module github.com/heedhq/heed/events
 
 go 1.26.8
 
-require github.com/heedhq/heed/schemas v0.0.0
+require (
+	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2
+	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/heedhq/heed/schemas v0.0.0
+	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.55.0
+	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2 // indirect
-	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -16,12 +21,8 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/oklog/ulid/v2 v2.1.2 // indirect
-	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -29,4 +30,15 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 )
 
-replace github.com/heedhq/heed/schemas => ../schemas
+// Local modules: the repository builds on its own, with or without go.work.
+replace (
+	github.com/heedhq/heed/client => ../client
+	github.com/heedhq/heed/lib => ../lib
+	github.com/heedhq/heed/schemas => ../schemas
+	github.com/heedhq/heed/services/confirm => ../services/confirm
+	github.com/heedhq/heed/services/healer => ../services/healer
+	github.com/heedhq/heed/services/indexer => ../services/indexer
+	github.com/heedhq/heed/services/learner => ../services/learner
+	github.com/heedhq/heed/services/runner => ../services/runner
+	github.com/heedhq/heed/tools => ../tools
+)
