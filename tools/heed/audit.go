@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/spf13/cobra"
 )
 
@@ -98,13 +99,34 @@ line.`,
 					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
 				}
 			}
+			// Judge every answer as every reader does: only the first valid
+			// one took effect.
+			refused := map[uint64]string{}
+			folds := map[string]*confirmation.State{}
+			for _, it := range items {
+				if it.ev == nil || events.Type(it.ev.Type()).Kind() != "confirm" {
+					continue
+				}
+				st := folds[it.ev.Subject()]
+				if st == nil {
+					st = confirmation.New(it.ev.Subject())
+					folds[it.ev.Subject()] = st
+				}
+				if r, err := st.Apply(it.ev, it.seq); err == nil && r != nil {
+					refused[it.seq] = r.Reason
+				}
+			}
 			fmt.Fprintf(out, "%-6s %-12s  %-22s %-28s %s\n", "SEQ", "TIME", "EVENT", "AGGREGATE", "DETAIL")
 			for _, it := range items {
 				if it.ev == nil {
 					fmt.Fprintf(out, "%-6d %-12s  %-22s %-28s rejected: %v\n", it.seq, "", "INVALID", it.raw.Subject, it.bad)
 					continue
 				}
-				fmt.Fprintf(out, "%-6d %s  %-22s %-28s %s\n", it.seq, it.ev.Time().Local().Format("15:04:05.000"), shortType(it.ev.Type()), it.ev.Subject(), summarize(it.ev))
+				detail := summarize(it.ev)
+				if why, ok := refused[it.seq]; ok {
+					detail += "  ✗ refused: " + why
+				}
+				fmt.Fprintf(out, "%-6d %s  %-22s %-28s %s\n", it.seq, it.ev.Time().Local().Format("15:04:05.000"), shortType(it.ev.Type()), it.ev.Subject(), detail)
 			}
 			return nil
 		},

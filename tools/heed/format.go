@@ -94,7 +94,15 @@ func summarize(ev *events.Event) string {
 		add("choice ", s("choice"))
 		add("method ", s("method"))
 		add("by ", s("by"))
+		add("on ", s("channel"))
 		add("reason ", s("reason"))
+	case events.ConfirmRefused:
+		add("answer ", s("answer_id"))
+		add("by ", s("by"))
+		add("", s("code"))
+		if w, ok := d["winner"].(map[string]any); ok {
+			add("winner ", fmt.Sprintf("%v by %v", w["choice"], w["by"]))
+		}
 	case events.ConfirmExpired:
 		add("deadline ", s("deadline"))
 		add("default ", s("default"))
