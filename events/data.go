@@ -3,6 +3,7 @@ package events
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 )
 
@@ -416,9 +417,32 @@ type FixForgottenData struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// FixID is the aggregate id of the learned fix for a tool and error
-// signature: one fix per (tool, signature), later lessons replace earlier.
+// FixID is the aggregate id of the fix for a tool and error signature: a
+// fix a person teaches (later lessons replace earlier).
 func FixID(tool, signature string) string {
 	h := sha256.Sum256([]byte(tool + "\x00" + signature))
 	return "fix-" + hex.EncodeToString(h[:10])
+}
+
+// LearnedFixID is the aggregate id of a fix learned from a correction: one
+// per tool, error signature and failed values (when_was), since a value
+// corrected in one run is right for the same failed value, not for every
+// value with the same error.
+func LearnedFixID(tool, signature string, failed map[string]any) string {
+	return FixID(tool, signature+"\x00"+canonicalJSON(failed))
+}
+
+// canonicalJSON is a stable JSON form: encoding/json sorts map keys, and a
+// round trip makes numbers and nested values uniform.
+func canonicalJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	var doc any
+	if json.Unmarshal(b, &doc) != nil {
+		return string(b)
+	}
+	b, _ = json.Marshal(doc)
+	return string(b)
 }

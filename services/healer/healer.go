@@ -138,6 +138,11 @@ func (h *healer) heal(ctx context.Context, d *events.Delivery, f *events.StepFai
 	if v.terminal || a.decided() {
 		return nil
 	}
+	if later := v.steps[f.Index][f.Attempt+1]; later != nil && later.started != nil && a.triggered == nil {
+		// Already retried (an agent driving its own run corrected it before
+		// the healer got to it): there is nothing left to heal.
+		return nil
+	}
 	publish := func(t events.Type, data any) error {
 		ev, err := stage(runID, f.Index, f.Attempt, t, data)
 		if err != nil {
@@ -409,7 +414,10 @@ func (h *healer) learn(ctx context.Context, d *events.Delivery, c *events.StepCo
 		RootCause:   firstLine(prev.failed.Error.Message), ArgsPatch: patch, WhenWas: was,
 		LearnedFrom: d.Event.ID(),
 	}
-	ev, err := events.NewEvent(events.FixLearned, events.FixID(toolName, sig), d.Event.ID()+"/learn", Source, fix)
+	// One fix per tool, error and failed value: a correction learned from
+	// one run applies to a failure with the same failed value, and a
+	// correction of another value is another fix, not a replacement.
+	ev, err := events.NewEvent(events.FixLearned, events.LearnedFixID(toolName, sig, was), d.Event.ID()+"/learn", Source, fix)
 	if err != nil {
 		return nil, err
 	}

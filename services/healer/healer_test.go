@@ -566,7 +566,7 @@ func TestAgentFixLearnedThenAppliedAlone(t *testing.T) {
 	}
 
 	// The healer learned the fix.
-	fixID := events.FixID("quay_check", sig)
+	fixID := events.LearnedFixID("quay_check", sig, map[string]any{"tag": "abc123"})
 	fixLog := logOf(t, s.bus, "fix", fixID)
 	learnedEv := one(t, fixLog, events.FixLearned)
 	if learnedEv.Source() != healer.Source {

@@ -108,7 +108,7 @@ func checkDerivedIDs(t *testing.T, path string, line int, ev *events.Event) {
 		var d events.FixLearnedData
 		_ = json.Unmarshal(ev.Data(), &d)
 		if d.Source == events.FixFromAgent {
-			if want := events.FixID(d.Tool, d.ErrorPattern); ev.Subject() != want {
+			if want := events.LearnedFixID(d.Tool, d.ErrorPattern, d.WhenWas); ev.Subject() != want {
 				t.Errorf("%s:%d: fix id %s, heed derives %s", path, line, ev.Subject(), want)
 			}
 			if want := events.ErrorSignature(d.RootCause); d.ErrorPattern != want {

@@ -94,6 +94,11 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 	if err != nil {
 		return nil, err
 	}
+	// What the event contract refuses (too large, an agent name it does
+	// not allow) is the caller's mistake, not heed's.
+	if err := c.e.bus.Codec().Check(&ev); err != nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "the run cannot be recorded: %v", err)
+	}
 	if _, err := c.e.bus.Publish(ctx, &ev); err != nil {
 		return nil, err
 	}
