@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go: tmux for the terminal tests.
-# Safe to run repeatedly; does nothing when everything is present.
+# Installs what the test suite needs beyond Go: tmux for the terminal tests,
+# Node.js and the JavaScript agent's npm packages for the outside-client
+# test. Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 need=()
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The JavaScript agent (examples/agent-js) runs against heed in the
+# conformance tests; install exactly what its lock file names.
+agent=examples/agent-js
+if [ ! -d "$agent/node_modules/@nats-io/transport-node" ] || [ "$agent/package-lock.json" -nt "$agent/node_modules/.package-lock.json" ]; then
+  echo "installing the JavaScript agent's packages (npm ci)"
+  npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error
 fi
