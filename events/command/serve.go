@@ -17,21 +17,32 @@ import (
 // Func is a typed command handler.
 type Func[Req any] func(ctx context.Context, req *Req) (any, error)
 
+// MaxConcurrent bounds the requests one command handles at once; more
+// wait in the subscription's queue.
+const MaxConcurrent = 64
+
 // Handler turns f into a micro handler for the command on subject: the
 // request is checked against the command's schema and decoded into Req
 // (unknown fields refused), f's reply is sent as JSON, and an error as a
 // micro error reply with heed's code and an ErrorReply body. Each request
-// gets timeout to finish.
+// gets timeout to finish. Requests are handled concurrently (up to
+// MaxConcurrent): a command that reads the log must not make every other
+// caller wait for it.
 func Handler[Req any](v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
+	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		out, err := handle(ctx, v, subject, r.Data(), f)
-		if err != nil {
-			RespondError(r, err)
-			return
-		}
-		_ = r.RespondJSON(out)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			out, err := handle(ctx, v, subject, r.Data(), f)
+			if err != nil {
+				RespondError(r, err)
+				return
+			}
+			_ = r.RespondJSON(out)
+		}()
 	})
 }
 
