@@ -13,7 +13,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -21,20 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DefaultURL is where heed up listens unless told otherwise.
-const DefaultURL = "nats://127.0.0.1:4222"
-
-// URL is the NATS URL to use: url if set, else $HEED_NATS_URL, else
-// DefaultURL.
-func URL(url string) string {
-	if url != "" {
-		return url
-	}
-	if v := os.Getenv("HEED_NATS_URL"); v != "" {
-		return v
-	}
-	return DefaultURL
-}
+// URL is the NATS URL a client uses: url if set, else $HEED_NATS_URL,
+// else nats://127.0.0.1:4222 (where heed up listens).
+func URL(url string) string { return events.NATSURL(url) }
 
 // Client is a connection to heed. It is safe for concurrent use.
 type Client struct {

@@ -6,55 +6,48 @@ import (
 	"github.com/heedhq/heed/events/command"
 )
 
-// call sends one command with the client's default timeout.
-func (c *Client) call(ctx context.Context, subject string, req, out any) error {
+// call sends one command with the client's default timeout and decodes
+// its reply.
+func call[Reply any](ctx context.Context, c *Client, subject string, req any) (Reply, error) {
+	var out Reply
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	return command.Call(ctx, c.nc, subject, req, out)
+	err := command.Call(ctx, c.nc, subject, req, &out)
+	return out, err
 }
 
 // StartRun starts a run of a skill (heed.cmd.run.start). The skill is
 // validated first; a bad skill or input is an error with code
 // invalid_request and every problem in the message.
 func (c *Client) StartRun(ctx context.Context, req command.StartRun) (command.RunReply, error) {
-	var out command.RunReply
-	err := c.call(ctx, command.RunStart, req, &out)
-	return out, err
+	return call[command.RunReply](ctx, c, command.RunStart, req)
 }
 
 // Continue answers a paused run's confirmation as its agent (method
 // agent), or lets a run awaiting its agent apply on_error
 // (heed.cmd.run.continue).
 func (c *Client) Continue(ctx context.Context, req command.ContinueRun) (command.RunReply, error) {
-	var out command.RunReply
-	err := c.call(ctx, command.RunContinue, req, &out)
-	return out, err
+	return call[command.RunReply](ctx, c, command.RunContinue, req)
 }
 
 // Retry starts the next attempt of a failed step with corrected args
 // (heed.cmd.run.retry). If it succeeds, heed learns the correction.
 func (c *Client) Retry(ctx context.Context, req command.RetryStep) (command.RunReply, error) {
-	var out command.RunReply
-	err := c.call(ctx, command.RunRetry, req, &out)
-	return out, err
+	return call[command.RunReply](ctx, c, command.RunRetry, req)
 }
 
 // Cancel cancels a run (heed.cmd.run.cancel).
 func (c *Client) Cancel(ctx context.Context, req command.CancelRun) (command.RunReply, error) {
-	var out command.RunReply
-	err := c.call(ctx, command.RunCancel, req, &out)
-	return out, err
+	return call[command.RunReply](ctx, c, command.RunCancel, req)
 }
 
 // RequestConfirmation asks a question directly (heed.cmd.confirm.request);
 // wait for the answer with WaitAnswer.
 func (c *Client) RequestConfirmation(ctx context.Context, req command.RequestConfirmation) (command.ConfirmationReply, error) {
-	var out command.ConfirmationReply
-	err := c.call(ctx, command.ConfirmRequest, req, &out)
-	return out, err
+	return call[command.ConfirmationReply](ctx, c, command.ConfirmRequest, req)
 }
 
 // Answer answers a confirmation as a person (heed.cmd.confirm.answer):
@@ -62,7 +55,5 @@ func (c *Client) RequestConfirmation(ctx context.Context, req command.RequestCon
 // code conflict; errors.As to *command.ErrorReply gives the answer that
 // took effect.
 func (c *Client) Answer(ctx context.Context, req command.AnswerConfirmation) (command.AnswerReply, error) {
-	var out command.AnswerReply
-	err := c.call(ctx, command.ConfirmAnswer, req, &out)
-	return out, err
+	return call[command.AnswerReply](ctx, c, command.ConfirmAnswer, req)
 }

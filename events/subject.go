@@ -1,8 +1,25 @@
 package events
 
 import (
+	"os"
 	"strings"
 )
+
+// DefaultNATSURL is where heed up listens, and where every heed program
+// looks for NATS unless told otherwise.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// NATSURL is the NATS URL a heed program uses: flagValue (its --nats-url)
+// if set, else $HEED_NATS_URL, else DefaultNATSURL.
+func NATSURL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv("HEED_NATS_URL"); v != "" {
+		return v
+	}
+	return DefaultNATSURL
+}
 
 // Subject layout. Every event lives at heed.<kind>.<aggregate-id>.<verb>, so
 // one aggregate can be tailed (heed.run.<id>.>) and one kind of event

@@ -24,22 +24,14 @@ import (
 )
 
 // DefaultNATSURL is where services and the CLI look for NATS unless told
-// otherwise with --nats-url or HEED_NATS_URL.
-const DefaultNATSURL = "nats://127.0.0.1:4222"
+// otherwise.
+const DefaultNATSURL = events.DefaultNATSURL
 
 // Version is heed's version, reported by health checks.
 const Version = "0.1.0"
 
 // NATSURL returns flagValue, else $HEED_NATS_URL, else DefaultNATSURL.
-func NATSURL(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if v := os.Getenv("HEED_NATS_URL"); v != "" {
-		return v
-	}
-	return DefaultNATSURL
-}
+func NATSURL(flagValue string) string { return events.NATSURL(flagValue) }
 
 // Runtime is one service's connection to heed.
 type Runtime struct {
