@@ -1,0 +1,84 @@
+package indexer_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/services/indexer"
+)
+
+// mapStore is a projection store in memory (the projection's Apply is
+// deterministic and sees only the store and the event).
+type mapStore map[string]json.RawMessage
+
+func (m mapStore) Get(_ context.Context, key string, v any) (bool, error) {
+	b, ok := m[key]
+	if !ok {
+		return false, nil
+	}
+	return true, json.Unmarshal(b, v)
+}
+
+func (m mapStore) Put(_ context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	m[key] = b
+	return err
+}
+
+func (m mapStore) Delete(_ context.Context, key string) error {
+	delete(m, key)
+	return nil
+}
+
+func apply(t *testing.T, s mapStore, typ events.Type, id, eventID string, data any) {
+	t.Helper()
+	ev, err := events.NewEvent(typ, id, eventID, "test", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SetTime(time.Date(2026, 11, 23, 9, 0, len(s), 0, time.UTC))
+	if err := (indexer.Projection{}).Apply(context.Background(), s, &ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func entry(t *testing.T, s mapStore, key string) readmodel.IndexEntry {
+	t.Helper()
+	var e readmodel.IndexEntry
+	if ok, err := s.Get(context.Background(), key, &e); err != nil || !ok {
+		t.Fatalf("no entry %s (%v)", key, err)
+	}
+	return e
+}
+
+// TestIndexTakesTheAnswerThatTookEffect: the index agrees with the run and
+// the router on the one answer, whoever wrote the others.
+func TestIndexTakesTheAnswerThatTookEffect(t *testing.T) {
+	s := mapStore{}
+	ans := func(eventID, choice, by string) {
+		apply(t, s, events.ConfirmAnswered, "c1", eventID, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodUser, By: by})
+	}
+	ans("early", "proceed", "eve") // before the question: refused
+	apply(t, s, events.ConfirmRequested, "c1", "c1/requested", events.ConfirmRequestedData{
+		Message: "Release?", Requester: "heed/runner", RunID: "r1", Skill: "release", Step: "confirm",
+		Options: []events.Option{{Label: "Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}},
+	})
+	if e := entry(t, s, "confirm.c1"); e.Status != readmodel.StatusPending || !e.Open() || e.RunID != "r1" || len(e.Options) != 2 || e.Default != "cancel" {
+		t.Fatalf("after the request: %+v", e)
+	}
+	ans("a1", "launch_missiles", "mallory") // not an option: refused
+	ans("a2", "proceed", "alice")           // takes effect
+	ans("a3", "cancel", "bob")              // too late: refused
+	e := entry(t, s, "confirm.c1")
+	if e.Status != readmodel.StatusAnswered || e.Choice != "proceed" || e.By != "alice" || e.AnswerID != "a2" || e.Refused != 3 || e.Count != 5 {
+		t.Errorf("entry = %+v; want alice's proceed (a2), 3 refused, 5 events", e)
+	}
+	apply(t, s, events.ConfirmExpired, "c1", "c1/expired", events.ConfirmExpiredData{Deadline: time.Now(), Default: "cancel"})
+	if e := entry(t, s, "confirm.c1"); e.Status != readmodel.StatusAnswered || e.Choice != "proceed" {
+		t.Errorf("an expiry after the answer changed the entry: %+v", e)
+	}
+}
