@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -55,6 +56,10 @@ func (d *Delivery) Hold() func(out []Event, err error) {
 		})
 	}
 }
+
+// Header is the stored message's NATS header (ce-* attributes, and the
+// Nats-* headers its writer sent, such as an expected last sequence).
+func (d *Delivery) Header() nats.Header { return d.msg.Headers() }
 
 // InProgress tells the server the event is still being worked on, resetting
 // its ack timer.

@@ -15,15 +15,12 @@ import (
 // covered. Bad messages are passed to fn too: callers decide (usually they
 // skip what the gate dead-lettered).
 func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters []string, after uint64, fn func(RawMsg) error) (uint64, error) {
+	// js.Stream fetches the stream's info: its last sequence bounds the read.
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("stream %s: %v", stream, err), Err: err}
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("stream %s info: %v", stream, err), Err: err}
-	}
-	last := info.State.LastSeq
+	last := s.CachedInfo().State.LastSeq
 	if last <= after {
 		return last, nil
 	}
@@ -39,10 +36,8 @@ func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters
 	if err != nil {
 		return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s: %v", stream, err), Err: err}
 	}
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s: %v", stream, err), Err: err}
-	}
+	// The create reply carries the consumer's info: how much it will read.
+	ci := cons.CachedInfo()
 	defer func() {
 		if info := cons.CachedInfo(); info != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -59,6 +59,9 @@ func (c Config) Deadline(t time.Time, timeoutS float64) time.Time {
 // ConsumerName is the router's durable consumer.
 const ConsumerName = "confirm-router"
 
+// AnswersConsumerName is the router's durable consumer of answers.
+const AnswersConsumerName = "confirm-router-answers"
+
 // DeadlineConsumerName is the router's durable consumer of fired deadlines.
 const DeadlineConsumerName = "confirm-router-deadlines"
 
@@ -68,6 +71,7 @@ type router struct {
 	log    *slog.Logger
 	prefs  jetstream.KeyValue
 	stream jetstream.Stream
+	gates  *gates
 }
 
 // Run runs the router until ctx is done, then drains.
@@ -94,7 +98,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("event stream: %w", err)
 	}
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, gates: newGates(10000)}
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
@@ -105,25 +109,42 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer func() { _ = svc.Stop() }()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
-		Description: "confirm router: answers confirmations in layers, judges every answer, enforces deadlines",
-		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered"},
+		Description: "confirm router: answers confirmations in layers and enforces deadlines",
+		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
 	}, r.handle)
 	if err != nil {
 		return err
 	}
-	deadlines, err := r.consumeDeadlines(ctx)
+	// Judging answers reads each confirmation back from the log: it has a
+	// consumer of its own, so that it never delays the answering of new
+	// requests.
+	judge, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
+		Name:        AnswersConsumerName,
+		Description: "confirm router: judges every answer (the first valid one takes effect), reports refusals, remembers choices",
+		Filters:     []string{"heed.confirm.>"},
+		Workers:     cfg.Workers,
+		Logger:      rt.Log,
+	}, r.handleAnswers)
 	if err != nil {
 		cons.Stop(ctx)
 		return err
 	}
+	deadlines, err := r.consumeDeadlines(ctx)
+	if err != nil {
+		cons.Stop(ctx)
+		judge.Stop(ctx)
+		return err
+	}
 	rt.AddCheck("router", func() any { return cons.Stats() })
+	rt.AddCheck("answers", func() any { return judge.Stats() })
 	<-ctx.Done()
 	dctx, cancel := service.DrainContext()
 	defer cancel()
 	deadlines.Drain()
 	cons.Stop(dctx)
+	judge.Stop(dctx)
 	return nil
 }
 
@@ -138,10 +159,22 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		return nil, r.route(ctx, id, d, &req)
 	case events.ConfirmExpired:
 		return nil, r.expire(ctx, id, d)
-	case events.ConfirmAnswered:
-		return r.judge(ctx, id, d)
 	}
 	return nil, nil
+}
+
+// handleAnswers sees every event of every confirmation, in log order: it
+// keeps the confirmations whole in memory (gates) and judges each answer.
+func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
+	st := r.gates.observe(d)
+	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
+		return nil, nil
+	}
+	out, err := r.judge(ctx, d.Event.Subject(), d, st)
+	if err != nil {
+		r.gates.drop(d.Event.Subject())
+	}
+	return out, err
 }
 
 // route decides how a request is answered, layer by layer: the --yes
@@ -254,10 +287,15 @@ func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedDat
 // answer that took effect cancels the deadline (a direct publish does not
 // carry the purge that heed's own writers send) and, if it asked to be
 // remembered, becomes a preference.
-func (r *router) judge(ctx context.Context, id string, d *events.Delivery) ([]events.Event, error) {
-	st, err := confirmation.Load(ctx, r.bus, id)
-	if err != nil && events.CodeOf(err) != events.CodeNotFound {
-		return nil, err
+// st is the confirmation as the answers consumer holds it, or nil: then it
+// is read from the log.
+func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *confirmation.State) ([]events.Event, error) {
+	if st == nil {
+		var err error
+		st, err = confirmation.Load(ctx, r.bus, id)
+		if err != nil && events.CodeOf(err) != events.CodeNotFound {
+			return nil, err
+		}
 	}
 	a, ok := st.AnswerAt(d.Seq)
 	if !ok {
@@ -274,8 +312,12 @@ func (r *router) judge(ctx context.Context, id string, d *events.Delivery) ([]ev
 		r.log.Info("answer refused", "confirm", id, "answer", a.EventID, "by", a.Data.By, "code", a.Refusal.Code, "reason", a.Refusal.Reason)
 		return []events.Event{ev}, nil
 	}
-	if err := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(id))); err != nil {
-		return nil, fmt.Errorf("purge the deadline of %s: %w", id, err)
+	// heed's own writers cancel the deadline in the answer's write; an
+	// answer published straight to the log did not.
+	if d.Header().Get("Nats-Scheduler") != confirmation.ScheduleSubject(id) {
+		if err := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(id))); err != nil {
+			return nil, fmt.Errorf("purge the deadline of %s: %w", id, err)
+		}
 	}
 	return r.remember(id, d.Event.ID(), st.Request, &a.Data)
 }

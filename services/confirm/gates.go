@@ -1,0 +1,63 @@
+package confirm
+
+import (
+	"sync"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/confirmation"
+)
+
+// gates keeps the confirmations the answers consumer has seen whole, so
+// that judging an answer needs no read of the log. A state is kept only if
+// the consumer delivered its request the first time and every later event
+// of the confirmation in order, first time too: JetStream delivers a
+// consumer's messages in log order, and only a redelivery (a retried
+// handler) can break that, so any redelivery drops the state and the next
+// answer is judged from the log. Events before the request cannot change
+// the verdict of any answer (an answer before its question is refused
+// whatever follows). The cache is bounded; a state it lost is read again.
+type gates struct {
+	mu    sync.Mutex
+	m     map[string]*confirmation.State
+	order []string
+	max   int
+}
+
+func newGates(max int) *gates { return &gates{m: map[string]*confirmation.State{}, max: max} }
+
+// observe folds a delivery into the cache and returns the confirmation's
+// state if the cache holds all of it, else nil.
+func (g *gates) observe(d *events.Delivery) *confirmation.State {
+	id := d.Event.Subject()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.m[id]
+	if d.Delivered > 1 || (st != nil && d.Seq <= st.LastSeq) {
+		delete(g.m, id)
+		return nil
+	}
+	if st == nil {
+		if events.Type(d.Event.Type()) != events.ConfirmRequested {
+			return nil
+		}
+		st = confirmation.New(id)
+		g.m[id] = st
+		g.order = append(g.order, id)
+		if len(g.order) > g.max {
+			delete(g.m, g.order[0])
+			g.order = g.order[1:]
+		}
+	}
+	if _, err := st.Apply(d.Event, d.Seq); err != nil {
+		delete(g.m, id)
+		return nil
+	}
+	return st
+}
+
+// drop forgets a confirmation (its handler failed: the event comes back).
+func (g *gates) drop(id string) {
+	g.mu.Lock()
+	delete(g.m, id)
+	g.mu.Unlock()
+}
