@@ -258,6 +258,15 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 		c.deadLetter(msg, meta, CodeOf(err), err.Error())
 		return
 	}
+	// A delivery past MaxDeliver was handed to a handler that never
+	// finished with it: the process crashed, ran out of memory or was
+	// killed, or the handler outlived the ack wait, every time. Running it
+	// again would only do that again (a crash loop): it is dead-lettered
+	// before any handler sees it.
+	if int(meta.NumDelivered) > c.cfg.MaxDeliver {
+		c.deadLetter(msg, meta, CodeUnfinished, fmt.Sprintf("delivered %d times and never finished: its handler crashed, was killed or outlived the ack wait (%s) each time", meta.NumDelivered, c.cfg.AckWait))
+		return
+	}
 	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c}
 	c.qmu.RLock()
 	defer c.qmu.RUnlock()

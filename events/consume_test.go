@@ -545,3 +545,59 @@ func TestDeadLetterMessageHeaderSafety(t *testing.T) {
 		t.Errorf("Message modified the original headers: %v", dl.Header)
 	}
 }
+
+// TestConsumeDeadLettersWhatNeverFinishes: an input whose handler never
+// finishes (here it is held and abandoned, as a crashed or killed process
+// leaves it) comes back after every ack wait; past MaxDeliver it is
+// dead-lettered before the handler sees it again, so it cannot crash a
+// service in a loop.
+func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	bomb := newEvent(t, events.RunStepFailed, "bomb", "bomb-1", stepFailedData)
+	publish(t, bus, bomb)
+	seq := lastMsg(t, js, events.EventStream, events.SubjectOf(bomb)).Sequence
+
+	const maxDeliver = 3
+	var mu sync.Mutex
+	var calls []uint64
+	var held []func([]events.Event, error)
+	defer func() {
+		for _, finish := range held { // let the consumer stop without waiting for them
+			finish(nil, nil)
+		}
+	}()
+	c := consume(t, bus, events.ConsumerConfig{
+		Name:       "crashy",
+		MaxDeliver: maxDeliver,
+		AckWait:    150 * time.Millisecond,
+	}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, d.Delivered)
+		held = append(held, d.Hold()) // never finished: like a process that died holding it
+		return nil, nil
+	})
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := streamCount(t, js, events.DLQStream, ">"); n != 1 {
+			return fmt.Errorf("DLQ holds %d messages", n)
+		}
+		return nil
+	})
+	mu.Lock()
+	got := fmt.Sprint(calls)
+	mu.Unlock()
+	if got != "[1 2 3]" {
+		t.Errorf("the handler saw deliveries %s, want [1 2 3]: never the fourth", got)
+	}
+	orig, err := bus.Codec().Encode(bomb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := lastMsg(t, js, events.DLQStream, events.DLQSubject(events.SubjectOf(bomb)))
+	checkDeadLetter(t, dl, orig, seq, "crashy", events.CodeUnfinished, "never finished")
+	if s := c.Stats(); s.DeadLettered != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}

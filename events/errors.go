@@ -18,6 +18,7 @@ const (
 	CodeInvalidID        Code = "invalid_id"        // aggregate id cannot be a subject token
 	CodeTooLarge         Code = "too_large"         // event exceeds the size heed accepts
 	CodeHandlerFailed    Code = "handler_failed"    // a consumer's handler failed on every delivery
+	CodeUnfinished       Code = "unfinished"        // a consumer's handler never finished with it (crash, OOM, kill, ack timeout), MaxDeliver times
 	CodePoison           Code = "poison"            // a handler declared the event unprocessable
 	CodeConflict         Code = "conflict"          // an optimistic-concurrency expectation failed
 	CodeInvalidRequest   Code = "invalid_request"   // a command request failed validation
@@ -69,6 +70,7 @@ var (
 	ErrInvalidID        = &Error{Code: CodeInvalidID}
 	ErrTooLarge         = &Error{Code: CodeTooLarge}
 	ErrHandlerFailed    = &Error{Code: CodeHandlerFailed}
+	ErrUnfinished       = &Error{Code: CodeUnfinished}
 	ErrPoison           = &Error{Code: CodePoison}
 	ErrConflict         = &Error{Code: CodeConflict}
 	ErrInvalidRequest   = &Error{Code: CodeInvalidRequest}
