@@ -41,16 +41,34 @@ type Delivery struct {
 // Hold detaches the delivery from the handler's return: the input stays
 // unacknowledged (and is redelivered after a crash) until the returned
 // function is called with the outcome. Use it for work that outlives the
-// handler, such as running a tool; call InProgress while it runs. Only the
+// handler, such as running a tool or waiting out a timer. While it is held
+// the consumer tells the server it is in progress (every third of the ack
+// wait), so a live process keeps it and only a dead one loses it. Only the
 // first call of the returned function counts.
 func (d *Delivery) Hold() func(out []Event, err error) {
 	d.mu.Lock()
 	d.held = true
 	d.mu.Unlock()
 	d.c.held.Add(1)
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(d.c.cfg.AckWait/3, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-d.c.ctx.Done():
+				return // stopping (or a simulated crash): the server may redeliver
+			case <-t.C:
+				_ = d.msg.InProgress()
+			}
+		}
+	}()
 	var once sync.Once
 	return func(out []Event, err error) {
 		once.Do(func() {
+			close(stop)
 			defer d.c.held.Done()
 			d.c.finish(d.c.ctx, d, out, err)
 		})
@@ -142,6 +160,12 @@ type Consumer struct {
 
 	handled, dead, retried atomic.Uint64
 	stopOnce               sync.Once
+
+	// inflight counts, per stream sequence, the deliveries this process has
+	// queued or is handling: a redelivery of one of them means a backlog or
+	// a slow handler here, not a handler that never finished.
+	imu      sync.Mutex
+	inflight map[uint64]int
 }
 
 // Consume creates or updates the durable consumer and starts handling. Bad
@@ -177,7 +201,7 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: h, log: cfg.Logger.With("consumer", cfg.Name),
-		ctx: cctx, cancel: cancel,
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{},
 	}
 	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
 	buffer = min(buffer, 1024)
@@ -258,19 +282,26 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 		c.deadLetter(msg, meta, CodeOf(err), err.Error())
 		return
 	}
-	// A delivery past MaxDeliver was handed to a handler that never
-	// finished with it: the process crashed, ran out of memory or was
-	// killed, or the handler outlived the ack wait, every time. Running it
-	// again would only do that again (a crash loop): it is dead-lettered
-	// before any handler sees it.
-	if int(meta.NumDelivered) > c.cfg.MaxDeliver {
+	// A delivery past MaxDeliver that this process is not already holding
+	// was handed to handlers that never finished with it: the process
+	// crashed, ran out of memory or was killed, every time. Running it again
+	// would only do that again (a crash loop): it is dead-lettered before
+	// any handler sees it.
+	seq := meta.Sequence.Stream
+	c.imu.Lock()
+	held := c.inflight[seq]
+	if int(meta.NumDelivered) > c.cfg.MaxDeliver && held == 0 {
+		c.imu.Unlock()
 		c.deadLetter(msg, meta, CodeUnfinished, fmt.Sprintf("delivered %d times and never finished: its handler crashed, was killed or outlived the ack wait (%s) each time", meta.NumDelivered, c.cfg.AckWait))
 		return
 	}
+	c.inflight[seq]++
+	c.imu.Unlock()
 	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c}
 	c.qmu.RLock()
 	defer c.qmu.RUnlock()
 	if c.qclosed {
+		c.release(seq)
 		return // stopping: left unacknowledged, it is redelivered to the next instance
 	}
 	q := c.queues[partition(c.cfg.PartitionKey(ev), len(c.queues))]
@@ -310,6 +341,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	}
 	d.closed = true
 	d.mu.Unlock()
+	defer c.release(d.Seq)
 	if err == nil && len(out) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = c.bus.PublishAll(pctx, out)
@@ -361,6 +393,17 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, co
 	c.dead.Add(1)
 	c.log.Warn("dead-lettered", "subject", dl.Subject, "seq", dl.Seq, "code", code, "reason", reason)
 	_ = msg.Ack()
+}
+
+// release forgets one delivery of seq that this process held.
+func (c *Consumer) release(seq uint64) {
+	c.imu.Lock()
+	if c.inflight[seq] <= 1 {
+		delete(c.inflight, seq)
+	} else {
+		c.inflight[seq]--
+	}
+	c.imu.Unlock()
 }
 
 func partition(key string, n int) int {

@@ -77,7 +77,9 @@ func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			return last, nil
+			// The consumer said there was more up to last, and nothing came:
+			// a short read must not pass for the whole history.
+			return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s: the log stopped short of sequence %d", stream, last)}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -75,7 +76,22 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 	if strings.TrimSpace(a.Choice) == "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "an answer needs a choice")
 	}
-	for attempt := 0; attempt < 20; attempt++ {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// Someone appended first (an answer, a refusal, anything):
+			// wait a little, read again and judge again, for as long as
+			// the caller allows.
+			select {
+			case <-ctx.Done():
+				return nil, events.Errorf(events.CodeUnavailable, "confirmation %s kept changing until the deadline; nothing was written: %v", id, ctx.Err())
+			case <-time.After(backoff(attempt)):
+			}
+		}
 		st, err := Load(ctx, bus, id)
 		if err != nil {
 			return st, err
@@ -124,7 +140,12 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		if !errors.Is(err, events.ErrConflict) {
 			return nil, err
 		}
-		// Someone appended first: read again and judge again.
 	}
-	return nil, events.Errorf(events.CodeConflict, "confirmation %s keeps changing; try again", id)
+}
+
+// backoff is the pause before attempt n of a write that lost a race:
+// short, growing, jittered so that racing writers spread out.
+func backoff(n int) time.Duration {
+	d := time.Duration(min(n, 8)) * time.Millisecond
+	return d + time.Duration(rand.Int64N(int64(d)+1))
 }

@@ -62,6 +62,10 @@ type Gate struct {
 	Default string  `json:"default,omitempty"`
 	Expired bool    `json:"expired,omitempty"`
 	Winner  *Winner `json:"winner,omitempty"`
+	// AnyChoice: the request's options are not known to this reader (a
+	// projection entry written before heed kept them): every choice is
+	// taken as an option. Readers of the log never set it.
+	AnyChoice bool `json:"any_choice,omitempty"`
 }
 
 // Request records the question; only the first request of an id counts.
@@ -127,6 +131,9 @@ func (g *Gate) Answer(eventID string, a *events.ConfirmAnsweredData, at time.Tim
 }
 
 func (g *Gate) has(v string) bool {
+	if g.AnyChoice {
+		return true
+	}
 	for _, o := range g.Options {
 		if o == v {
 			return true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heedhq/heed/events"
 )
@@ -35,13 +36,16 @@ type State struct {
 	Delegated  *events.ConfirmDelegatedData
 	// Answers are every answer event in log order, each with its verdict.
 	Answers []AnswerRecord
+	bySeq   map[uint64]int // stored answers: sequence → index in Answers
 	// Reported are the answer event ids whose refusal is in the log.
 	Reported map[string]bool
 	LastSeq  uint64 // sequence of the confirmation's last message in the log
 }
 
 // New returns the state of a confirmation with no events yet.
-func New(id string) *State { return &State{ID: id, Reported: map[string]bool{}} }
+func New(id string) *State {
+	return &State{ID: id, Reported: map[string]bool{}, bySeq: map[uint64]int{}}
+}
 
 // Open reports whether the confirmation still takes an answer.
 func (s *State) Open() bool { return s.Gate.Open() }
@@ -70,14 +74,26 @@ func (s *State) Apply(ev *events.Event, seq uint64) (*Refusal, error) {
 		if err := json.Unmarshal(ev.Data(), &d); err != nil {
 			return nil, err
 		}
-		for _, a := range s.Answers {
-			if a.EventID == ev.ID() {
-				return a.Refusal, nil // the same event again
+		// The same stored message again (a redelivery) keeps its verdict.
+		// Every stored message is judged, even one that reuses an earlier
+		// event's id (a writer without Nats-Msg-Id, or after the duplicate
+		// window): readers that keep only a Gate judge it too.
+		if i, ok := s.bySeq[seq]; ok && seq > 0 {
+			return s.Answers[i].Refusal, nil
+		}
+		if seq == 0 {
+			for _, a := range s.Answers {
+				if a.EventID == ev.ID() {
+					return a.Refusal, nil // an event applied before it was stored
+				}
 			}
 		}
 		r := s.Gate.Answer(ev.ID(), &d, ev.Time(), seq)
 		if r == nil {
 			s.Answer, s.AnswerID, s.AnsweredAt = &d, ev.ID(), ev.Time()
+		}
+		if seq > 0 {
+			s.bySeq[seq] = len(s.Answers)
 		}
 		s.Answers = append(s.Answers, AnswerRecord{Seq: seq, EventID: ev.ID(), Source: ev.Source(), At: ev.Time(), Data: d, Refusal: r})
 		return r, nil
@@ -108,14 +124,25 @@ func (s *State) Apply(ev *events.Event, seq uint64) (*Refusal, error) {
 	return nil, nil
 }
 
+// Compact drops what only the answer that took effect needed (the
+// question's text and context) once it has been acted on: a reader that
+// keeps states in memory keeps the gate, the answers' verdicts and the
+// run, skill and step.
+func (s *State) Compact() {
+	if s.Answer == nil || s.Request == nil {
+		return
+	}
+	s.Request = &events.ConfirmRequestedData{RunID: s.Request.RunID, Skill: s.Request.Skill, Step: s.Request.Step, Requester: s.Request.Requester}
+	s.Delegated = nil
+}
+
 // AnswerAt returns the answer stored at seq.
 func (s *State) AnswerAt(seq uint64) (AnswerRecord, bool) {
-	for _, a := range s.Answers {
-		if a.Seq == seq {
-			return a, true
-		}
+	i, ok := s.bySeq[seq]
+	if !ok {
+		return AnswerRecord{}, false
 	}
-	return AnswerRecord{}, false
+	return s.Answers[i], true
 }
 
 // Load reads a confirmation's events from the log. A confirmation without
@@ -150,12 +177,26 @@ func Load(ctx context.Context, bus *events.Bus, id string) (*State, error) {
 // answer visible. Its id derives from the answer's log position, so every
 // router that judges the answer writes the same event.
 func RefusedEvent(id, source string, a AnswerRecord) (events.Event, error) {
+	// Within the event's schema whatever the answer held: event ids are
+	// not bounded by the wire format, and a reason lists the options.
 	d := events.ConfirmRefusedData{
-		AnswerID: a.EventID, AnswerSeq: a.Seq, Choice: a.Data.Choice, Method: a.Data.Method, By: a.Data.By, Channel: a.Data.Channel,
-		Code: a.Refusal.Code, Reason: a.Refusal.Reason,
+		AnswerID: clip(a.EventID, 1000), AnswerSeq: a.Seq, Choice: a.Data.Choice, Method: a.Data.Method, By: a.Data.By, Channel: a.Data.Channel,
+		Code: a.Refusal.Code, Reason: clip(a.Refusal.Reason, 4000),
 	}
 	if w := a.Refusal.Winner; w != nil {
-		d.Winner = &events.AnswerRef{EventID: w.EventID, Choice: w.Choice, Method: w.Method, By: w.By, Channel: w.Channel, At: w.At}
+		d.Winner = &events.AnswerRef{EventID: clip(w.EventID, 1000), Choice: w.Choice, Method: w.Method, By: w.By, Channel: w.Channel, At: w.At}
 	}
 	return events.NewEvent(events.ConfirmRefused, id, id+"/refused/"+strconv.FormatUint(a.Seq, 10), source, d)
+}
+
+// clip shortens s to at most n bytes (on a rune boundary), marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -15,15 +15,21 @@ import (
 // handler) can break that, so any redelivery drops the state and the next
 // answer is judged from the log. Events before the request cannot change
 // the verdict of any answer (an answer before its question is refused
-// whatever follows). The cache is bounded; a state it lost is read again.
+// whatever follows). A second request with the same id (anyone may publish
+// one) starts nothing: a state is seeded only by the confirmation's first
+// message, which first reports. The cache is bounded; a state it lost is
+// read again.
 type gates struct {
 	mu    sync.Mutex
 	m     map[string]*confirmation.State
 	order []string
 	max   int
+	first func(id string) (seq uint64, ok bool) // the sequence of a confirmation's first message
 }
 
-func newGates(max int) *gates { return &gates{m: map[string]*confirmation.State{}, max: max} }
+func newGates(max int, first func(id string) (uint64, bool)) *gates {
+	return &gates{m: map[string]*confirmation.State{}, max: max, first: first}
+}
 
 // observe folds a delivery into the cache and returns the confirmation's
 // state if the cache holds all of it, else nil.
@@ -39,6 +45,9 @@ func (g *gates) observe(d *events.Delivery) *confirmation.State {
 	if st == nil {
 		if events.Type(d.Event.Type()) != events.ConfirmRequested {
 			return nil
+		}
+		if seq, ok := g.first(id); !ok || seq != d.Seq {
+			return nil // not the confirmation's first message: read it whole when needed
 		}
 		st = confirmation.New(id)
 		g.m[id] = st

@@ -23,7 +23,8 @@ func TestGatesKeepOnlyWholeConfirmations(t *testing.T) {
 	ans := func(choice string) events.ConfirmAnsweredData {
 		return events.ConfirmAnsweredData{Choice: choice, Method: events.MethodUser, By: "u"}
 	}
-	g := newGates(2)
+	firsts := map[string]uint64{"c1": 2, "c2": 6, "c3": 10, "c4": 11, "c5": 12, "c6": 30}
+	g := newGates(2, func(id string) (uint64, bool) { s, ok := firsts[id]; return s, ok })
 	if st := g.observe(delivery(t, events.ConfirmAnswered, "c1", "a0", 1, 1, ans("yes"))); st != nil {
 		t.Error("an answer of a confirmation never seen whole: want the log")
 	}
@@ -47,6 +48,10 @@ func TestGatesKeepOnlyWholeConfirmations(t *testing.T) {
 	// A redelivered request does not start a whole confirmation either.
 	if st := g.observe(delivery(t, events.ConfirmRequested, "c2", "r", 6, 2, req)); st != nil {
 		t.Error("a redelivered request: want the log")
+	}
+	// A second request of a confirmation starts nothing.
+	if st := g.observe(delivery(t, events.ConfirmRequested, "c6", "r2", 31, 1, req)); st != nil {
+		t.Error("a request that is not the confirmation's first message: want the log")
 	}
 	// Bounded: the oldest state goes first.
 	for i, id := range []string{"c3", "c4", "c5"} {

@@ -98,7 +98,8 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("event stream: %w", err)
 	}
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, gates: newGates(10000)}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream}
+	r.gates = newGates(10000, r.firstSeq)
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
@@ -161,6 +162,17 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		return nil, r.expire(ctx, id, d)
 	}
 	return nil, nil
+}
+
+// firstSeq is the sequence of a confirmation's first message in the log.
+func (r *router) firstSeq(id string) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := r.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.SubjectFilter("confirm", id)))
+	if err != nil {
+		return 0, false
+	}
+	return m.Sequence, true
 }
 
 // handleAnswers sees every event of every confirmation, in log order: it
@@ -319,13 +331,19 @@ func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *c
 			return nil, fmt.Errorf("purge the deadline of %s: %w", id, err)
 		}
 	}
-	return r.remember(id, d.Event.ID(), st.Request, &a.Data)
+	out, err := r.remember(ctx, id, d.Event.ID(), st.Request, &a.Data)
+	st.Compact()
+	return out, err
 }
 
 // remember turns an answer that asked to be remembered into a preference
 // event (or revokes one for "ask again").
-func (r *router) remember(id, answerID string, req *events.ConfirmRequestedData, a *events.ConfirmAnsweredData) ([]events.Event, error) {
-	if a.Remember == "" {
+//
+// The preference's own history is read first: an answer judged again
+// (after the answers consumer was recreated, long after the duplicate
+// window) must not set a preference that a person has since forgotten.
+func (r *router) remember(ctx context.Context, id, answerID string, req *events.ConfirmRequestedData, a *events.ConfirmAnsweredData) ([]events.Event, error) {
+	if a.Remember == "" || req == nil {
 		return nil, nil
 	}
 	var prefID string
@@ -346,14 +364,31 @@ func (r *router) remember(id, answerID string, req *events.ConfirmRequestedData,
 		prefID = events.PrefID(events.ScopeError, tool, events.ErrorSignature(msg))
 		set.Scope, set.Tool, set.ErrorPattern = events.ScopeError, tool, events.ErrorSignature(msg)
 	}
+	if prefID == "" {
+		return nil, nil
+	}
+	eventID := answerID + "/pref"
 	if a.Remember == "ask_again" {
-		ev, err := events.NewEvent(events.PrefForgotten, prefID, answerID+"/forget", Source, events.PrefForgottenData{By: a.By, Reason: "ask again (answer " + answerID + ")"})
+		eventID = answerID + "/forget"
+	}
+	done := false
+	if _, err := events.ReadLog(ctx, r.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("pref", prefID)}, 0, func(raw events.RawMsg) error {
+		done = done || raw.Header.Get(events.HeaderMsgID) == eventID
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if done {
+		return nil, nil // remembered (or forgotten) for this answer before
+	}
+	if a.Remember == "ask_again" {
+		ev, err := events.NewEvent(events.PrefForgotten, prefID, eventID, Source, events.PrefForgottenData{By: a.By, Reason: "ask again (answer " + answerID + ")"})
 		if err != nil {
 			return nil, err
 		}
 		return []events.Event{ev}, nil
 	}
-	ev, err := events.NewEvent(events.PrefSet, prefID, answerID+"/pref", Source, set)
+	ev, err := events.NewEvent(events.PrefSet, prefID, eventID, Source, set)
 	if err != nil {
 		return nil, err
 	}
@@ -378,8 +413,8 @@ func (r *router) expire(ctx context.Context, id string, d *events.Delivery) erro
 		}
 		return err
 	}
-	if !st.Open() {
-		return nil
+	if !st.Open() || st.Expired == nil {
+		return nil // answered first, or an expiry that came before its request
 	}
 	_, err = confirmation.Answer(ctx, r.bus, Source, id, events.ConfirmAnsweredData{
 		Choice: st.Gate.Default, Method: events.MethodTimeout, By: Source, Channel: "deadline",

@@ -126,6 +126,12 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 // gateOf rebuilds the gate of a confirmation from its index entry.
 func gateOf(e *readmodel.IndexEntry) *confirmation.Gate {
 	g := &confirmation.Gate{Requested: e.Options != nil, RunID: e.RunID, Options: e.Options, Default: e.Default, Expired: e.Status == readmodel.StatusExpired}
+	if e.Options == nil && e.First.Type == string(events.ConfirmRequested) {
+		// An entry indexed before the index kept a confirmation's options:
+		// its request came first, its options are unknown here. (heed
+		// replay rebuilds it with them.)
+		g.Requested, g.AnyChoice = true, true
+	}
 	if e.AnswerID != "" {
 		g.Winner = &confirmation.Winner{EventID: e.AnswerID, Choice: e.Choice, Method: e.Method, By: e.By}
 	}

@@ -13,10 +13,14 @@ import (
 // pendingRequest is a confirmation awaiting its answer, with the gate
 // that judges its answers as every reader does.
 type pendingRequest struct {
-	Operation string            `json:"operation"`
-	Scope     string            `json:"scope"`
+	Operation string            `json:"operation,omitempty"`
+	Scope     string            `json:"scope,omitempty"`
 	RunID     string            `json:"run_id,omitempty"`
-	Gate      confirmation.Gate `json:"gate"`
+	Gate      confirmation.Gate `json:"gate,omitzero"`
+	// Closed: the answer that took effect was counted. The key stays, this
+	// small, so that a second request with the same id (anyone may publish
+	// one) does not open the confirmation again.
+	Closed bool `json:"closed,omitempty"`
 }
 
 type runDecisions struct {
@@ -76,10 +80,15 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		}
 		var p pendingRequest
 		ok, err := s.Get(ctx, "req."+ev.Subject(), &p)
-		if err != nil || !ok {
+		if err != nil || !ok || p.Closed {
 			return err // before its request, or after the answer that took effect
 		}
-		if p.Gate.Judge(&a) != nil {
+		if !p.Gate.Requested && p.Operation != "" {
+			// Kept before the learner kept a gate: the request came first,
+			// its options are unknown here.
+			p.Gate.Requested, p.Gate.AnyChoice = true, true
+		}
+		if p.Gate.Answer(ev.ID(), &a, ev.Time(), 0) != nil {
 			return nil // refused: only the answer that took effect counts
 		}
 		key := readmodel.DecisionKey(p.Operation, p.Scope)
@@ -99,7 +108,7 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		if err := s.Put(ctx, key, dec); err != nil {
 			return err
 		}
-		if err := s.Delete(ctx, "req."+ev.Subject()); err != nil {
+		if err := s.Put(ctx, "req."+ev.Subject(), pendingRequest{Closed: true}); err != nil {
 			return err
 		}
 		if approved && p.RunID != "" {
