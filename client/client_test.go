@@ -10,7 +10,9 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -91,24 +93,24 @@ func TestWaitAnswerTakesTheFirstValidAnswer(t *testing.T) {
 
 func TestWatchPending(t *testing.T) {
 	c, bus, ctx := setup(t)
-	// The index is the indexer's; without it the watch starts from the log
-	// only, so ask after the watch starts.
-	w, err := c.WatchPending(ctx)
-	if err == nil {
-		t.Fatal("WatchPending without the index bucket should say the indexer is missing")
+	// Without the indexer the watch cannot know what is open.
+	if _, err := c.WatchPending(ctx); events.CodeOf(err) != events.CodeUnavailable {
+		t.Fatalf("WatchPending without the indexer: %v, want code unavailable", err)
 	}
-	if events.CodeOf(err) != events.CodeUnavailable {
-		t.Errorf("error %v, want code unavailable", err)
-	}
-	_ = w
-	if err := events.ProvisionBucket(ctx, bus.JetStream(), events.DefaultTopology(), events.BucketSpec{Name: "heed_index"}); err != nil {
+	// An indexer that has applied nothing yet (it lags): its consumer and
+	// bucket exist, its index is empty.
+	js := bus.JetStream()
+	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: readmodel.IndexBucket}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{Durable: readmodel.IndexConsumer, FilterSubjects: events.EventSubjects(), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	ask(t, ctx, bus, "c1") // asked before the watch, not indexed yet
 	pending, err := c.WatchPending(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ask(t, ctx, bus, "c1")
 	ask(t, ctx, bus, "c2")
 	next := func() client.Pending {
 		t.Helper()
@@ -150,6 +152,30 @@ func TestWaitRun(t *testing.T) {
 	case out := <-done:
 		if out.Status != "failed" || out.Failed == nil || out.Failed.Error.Message != "boom" {
 			t.Errorf("WaitRun = %+v", out)
+		}
+	case <-ctx.Done():
+		t.Fatal("WaitRun did not return")
+	}
+	// Retried after it failed: waiting again is not answered by the old
+	// failure, but by how the retry ends.
+	publish(t, ctx, bus, events.RunResumed, "r1", "r1/resumed", events.RunResumedData{Step: "a", Index: 0, Method: events.MethodAgent, By: "agent/x"})
+	go func() {
+		out, err := c.WaitRun(ctx, "r1")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		t.Fatalf("WaitRun after a retry returned %+v before the run ended again", out)
+	case <-time.After(300 * time.Millisecond): // nothing to wait for: the run has not ended
+	}
+	publish(t, ctx, bus, events.RunCompleted, "r1", "r1/completed", events.RunCompletedData{Summary: "ok"})
+	select {
+	case out := <-done:
+		if out.Status != "completed" {
+			t.Errorf("WaitRun after the retry = %+v, want completed", out)
 		}
 	case <-ctx.Done():
 		t.Fatal("WaitRun did not return")

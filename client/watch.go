@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,7 +15,9 @@ import (
 // (after sequence after), in order, until fn returns done or an error, or
 // ctx ends. It reads only what JetStream stored, so whatever it saw a
 // command will see too.
-func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq uint64, ev *events.Event) (done bool, err error)) error {
+// fn also gets how many messages on filter are in the log after this one
+// already (a run that failed and is being retried is not over).
+func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
@@ -46,7 +49,7 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 		if err != nil {
 			continue // refused by the gate: not part of the aggregate
 		}
-		done, err := fn(meta.Sequence.Stream, ev)
+		done, err := fn(meta.Sequence.Stream, meta.NumPending, ev)
 		if err != nil || done {
 			return err
 		}
@@ -54,20 +57,24 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 }
 
 // FollowRun calls fn for each event of a run in log order, from its first,
-// until fn says done, the run ends (completed, failed or cancelled: the
-// ending event is passed to fn), or ctx ends.
+// until fn says done, the run ends (completed, cancelled, or failed with
+// nothing after it in the log: the ending event is passed to fn), or ctx
+// ends. A failure followed by a retry is not the end: a run can be retried
+// after it failed.
 func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events.Event) (done bool, err error)) error {
 	if !events.ValidID(runID) {
 		return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
 	}
-	return c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_ uint64, ev *events.Event) (bool, error) {
+	return c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
 		done, err := fn(ev)
 		if err != nil || done {
 			return done, err
 		}
 		switch events.Type(ev.Type()) {
-		case events.RunCompleted, events.RunFailed, events.RunCancelled:
+		case events.RunCompleted, events.RunCancelled:
 			return true, nil
+		case events.RunFailed:
+			return later == 0, nil
 		}
 		return false, nil
 	})
@@ -84,17 +91,24 @@ type Outcome struct {
 	Cancelled *events.RunCancelledData
 }
 
-// WaitRun waits until the run ends and returns how. (A failed run can be
-// resumed by a retry; WaitRun returns at the first end.)
+// WaitRun waits until the run ends and returns how: completed, cancelled,
+// or failed as the log stands (a failed run can be resumed by a retry; a
+// failure already followed by one is not an end).
 func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
 	out := Outcome{RunID: runID}
-	err := c.FollowRun(ctx, runID, func(ev *events.Event) (bool, error) {
+	if !events.ValidID(runID) {
+		return out, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
+	}
+	err := c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
 		var err error
 		switch events.Type(ev.Type()) {
 		case events.RunCompleted:
 			out.Status, out.Completed = "completed", &events.RunCompletedData{}
 			err = json.Unmarshal(ev.Data(), out.Completed)
 		case events.RunFailed:
+			if later > 0 {
+				return false, nil // retried after it failed: not over
+			}
 			out.Status, out.Failed = "failed", &events.RunFailedData{}
 			err = json.Unmarshal(ev.Data(), out.Failed)
 		case events.RunCancelled:
@@ -116,7 +130,7 @@ func (c *Client) WaitAnswer(ctx context.Context, id string) (*confirmation.State
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
 	}
 	st := confirmation.New(id)
-	err := c.follow(ctx, events.SubjectFilter("confirm", id), 0, func(seq uint64, ev *events.Event) (bool, error) {
+	err := c.follow(ctx, events.SubjectFilter("confirm", id), 0, func(seq, _ uint64, ev *events.Event) (bool, error) {
 		if _, err := st.Apply(ev, seq); err != nil {
 			return false, err
 		}
@@ -140,15 +154,18 @@ type Pending struct {
 // when ctx ends or the watch fails. It is how a channel (a terminal, a
 // desktop notifier, a chat bridge, the console) learns what to offer.
 func (c *Client) WatchPending(ctx context.Context) (<-chan Pending, error) {
-	stream, err := c.bus.JetStream().Stream(ctx, events.EventStream)
+	// The index is a projection and may lag the log: read it as far as the
+	// indexer has acknowledged, then follow the log from there, so that a
+	// request the indexer has not applied yet is not missed.
+	cons, err := c.bus.JetStream().Consumer(ctx, events.EventStream, readmodel.IndexConsumer)
 	if err != nil {
-		return nil, &events.Error{Code: events.CodeUnavailable, Message: "event stream: " + err.Error(), Err: err}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "the indexer's consumer (is the indexer running?): " + err.Error(), Err: err}
 	}
-	info, err := stream.Info(ctx)
+	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, &events.Error{Code: events.CodeUnavailable, Message: "event stream: " + err.Error(), Err: err}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "the indexer's consumer: " + err.Error(), Err: err}
 	}
-	start := info.State.LastSeq
+	start := info.AckFloor.Stream
 	entries, err := c.Index(ctx, "confirm")
 	if err != nil {
 		return nil, err
@@ -183,7 +200,7 @@ func (c *Client) WatchPending(ctx context.Context) (<-chan Pending, error) {
 				return
 			}
 		}
-		_ = c.follow(ctx, "heed.confirm.>", start, func(seq uint64, ev *events.Event) (bool, error) {
+		_ = c.follow(ctx, "heed.confirm.>", start, func(seq, _ uint64, ev *events.Event) (bool, error) {
 			id := ev.Subject()
 			st, tracked := open[id]
 			if !tracked {

@@ -1,9 +1,7 @@
 package conformance
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -104,7 +102,11 @@ func race(t *testing.T, h *heed, id string, nCmd, nDirect int) (cmds []cmdResult
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			data := answeredData{Choice: options[i%2], Method: "user", By: fmt.Sprintf("user:direct-%02d", i), Channel: "direct", Reason: "race"}
+			choice := options[i%2]
+			if i%4 == 3 {
+				choice = "launch_missiles" // not an option: refused wherever it lands
+			}
+			data := answeredData{Choice: choice, Method: "user", By: fmt.Sprintf("user:direct-%02d", i), Channel: "direct", Reason: "race"}
 			ready.Done()
 			<-start
 			_, directErrs[i] = publishEvent(h.js, "heed.confirm.answered", id, fmt.Sprintf("%s/direct/%02d", id, i), data)
@@ -402,56 +404,46 @@ func TestAnswerRace(t *testing.T) {
 	})
 }
 
-// checkAudit reads `heed audit RUN --json` and checks that it tells the
-// same story as the log: the run's events with its confirmation's merged
-// in, the first valid answer the one that took effect.
+// checkAudit reads `heed audit RUN` and checks that it tells the same
+// story as the log: the run's events with its confirmation's merged in, the
+// first valid answer the one that took effect and every other answer
+// marked refused.
 func checkAudit(t *testing.T, h *heed, runID, cid string, winner event) {
 	t.Helper()
-	cmd := exec.Command(heedBin, "audit", runID, "--json", "--nats-url", h.url)
+	cmd := exec.Command(heedBin, "audit", runID, "--nats-url", h.url)
 	cmd.Dir = repoRoot
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("heed audit %s --json: %v\n%s", runID, err, stderr.String())
+		t.Fatalf("heed audit %s: %v\n%s", runID, err, stderr.String())
 	}
-	type ce struct {
-		ID      string          `json:"id"`
-		Type    string          `json:"type"`
-		Subject string          `json:"subject"`
-		Data    json.RawMessage `json:"data"`
-	}
-	var firstAnswer, ending string
-	answers, refused := 0, 0
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e ce
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("heed audit --json line %q: %v", sc.Text(), err)
-		}
-		switch e.Type {
-		case "heed.confirm.answered":
-			if e.Subject != cid {
-				t.Errorf("audit: answer %s is about %s, want %s", e.ID, e.Subject, cid)
-			}
-			if answers == 0 {
-				firstAnswer = e.ID
-			}
+	var wd answeredData
+	winner.decode(t, &wd)
+	answers, refusedMarks, refusals, ending := 0, 0, 0, false
+	var taken []string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.Contains(line, "confirm.answered"):
 			answers++
-		case "heed.confirm.refused":
-			refused++
-		case "heed.run.completed", "heed.run.cancelled", "heed.run.failed":
-			ending = e.Type
+			if strings.Contains(line, "✗ refused") {
+				refusedMarks++
+			} else {
+				taken = append(taken, line)
+			}
+		case strings.Contains(line, "confirm.refused"):
+			refusals++
+		case strings.Contains(line, "run.completed"), strings.Contains(line, "run.cancelled"):
+			ending = true
 		}
 	}
-	if firstAnswer != winner.ID {
-		t.Errorf("heed audit: first answer %s, but the first valid answer in the log is %s", firstAnswer, winner.ID)
+	if len(taken) != 1 || !strings.Contains(taken[0], "by "+wd.By+" ") || !strings.Contains(taken[0], fmt.Sprint(winner.Seq)) {
+		t.Errorf("heed audit marks %d answers as taking effect, want one, the winner (seq %d, by %s):\n%s", len(taken), winner.Seq, wd.By, strings.Join(taken, "\n"))
 	}
-	if refused != answers-1 {
-		t.Errorf("heed audit: %d answers and %d refusals; want every answer but the winner refused", answers, refused)
+	if refusedMarks != answers-1 || refusals != answers-1 {
+		t.Errorf("heed audit: %d answers, %d marked refused, %d refusal events; want every answer but the winner refused\n%s", answers, refusedMarks, refusals, out)
 	}
-	if ending == "" {
+	if !ending {
 		t.Errorf("heed audit shows no end of the run:\n%s", out)
 	}
 }

@@ -380,6 +380,9 @@ func (h *healer) learn(ctx context.Context, d *events.Delivery, c *events.StepCo
 	// on_error (the same args: nothing to learn) or a correction by an
 	// agent or a person (heed.cmd.run.retry, or an outside agent's own
 	// step.started with retry_of), which teaches a fix.
+	if r := cur.started.RetryOf; r != "" && r != prev.failedID && r != "retry" {
+		return nil, nil // names another attempt: not a correction of this failure
+	}
 	failedArgs := prev.failed.Args
 	if failedArgs == nil && prev.started != nil {
 		failedArgs = prev.started.Args // an outside agent's failure may not repeat them

@@ -11,6 +11,7 @@ import (
 type attempt struct {
 	started   *events.StepStartedData
 	failed    *events.StepFailedData
+	failedID  string
 	completed bool
 
 	triggered  *events.HealTriggeredData
@@ -101,7 +102,8 @@ func (v *runView) apply(ev *events.Event) {
 	case events.RunStepFailed:
 		var d events.StepFailedData
 		if json.Unmarshal(b, &d) == nil {
-			v.at(d.Index, d.Attempt).failed = &d
+			a := v.at(d.Index, d.Attempt)
+			a.failed, a.failedID = &d, ev.ID()
 			v.note(map[string]any{"step": d.Step, "status": "failed", "error": d.Error.Message})
 		}
 	case events.RunStepCompleted:

@@ -77,7 +77,7 @@ func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) e
 // takes the first valid answer in log order and counts the others as
 // refused, so the index agrees with the run, the router and the audit.
 func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) error {
-	g := gateOf(e)
+	g := gateOf(e, ev.ID())
 	switch t {
 	case events.ConfirmRequested:
 		var d events.ConfirmRequestedData
@@ -123,10 +123,11 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 	return nil
 }
 
-// gateOf rebuilds the gate of a confirmation from its index entry.
-func gateOf(e *readmodel.IndexEntry) *confirmation.Gate {
+// gateOf rebuilds the gate of a confirmation from its index entry, before
+// the event applying (applying) changes it.
+func gateOf(e *readmodel.IndexEntry, applying string) *confirmation.Gate {
 	g := &confirmation.Gate{Requested: e.Options != nil, RunID: e.RunID, Options: e.Options, Default: e.Default, Expired: e.Status == readmodel.StatusExpired}
-	if e.Options == nil && e.First.Type == string(events.ConfirmRequested) {
+	if e.Options == nil && e.First.Type == string(events.ConfirmRequested) && e.First.ID != applying {
 		// An entry indexed before the index kept a confirmation's options:
 		// its request came first, its options are unknown here. (heed
 		// replay rebuilds it with them.)

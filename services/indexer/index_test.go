@@ -82,3 +82,19 @@ func TestIndexTakesTheAnswerThatTookEffect(t *testing.T) {
 		t.Errorf("an expiry after the answer changed the entry: %+v", e)
 	}
 }
+
+// TestIndexEntryFromBeforeOptions: an entry indexed before the index kept
+// a confirmation's options still takes its first answer.
+func TestIndexEntryFromBeforeOptions(t *testing.T) {
+	s := mapStore{}
+	legacy := readmodel.IndexEntry{ID: "c1", Kind: "confirm", Status: readmodel.StatusPending, Count: 1,
+		First: readmodel.EventRef{ID: "c1/requested", Type: string(events.ConfirmRequested)}}
+	if err := s.Put(context.Background(), "confirm.c1", legacy); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, events.ConfirmAnswered, "c1", "a1", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "alice"})
+	apply(t, s, events.ConfirmAnswered, "c1", "a2", events.ConfirmAnsweredData{Choice: "cancel", Method: events.MethodUser, By: "bob"})
+	if e := entry(t, s, "confirm.c1"); e.Status != readmodel.StatusAnswered || e.AnswerID != "a1" || e.Refused != 1 {
+		t.Errorf("entry = %+v; want alice's answer a1 and one refused", e)
+	}
+}
