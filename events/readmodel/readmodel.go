@@ -26,6 +26,10 @@ const (
 	PatternsBucket  = "heed_patterns"  // learner: usage patterns of tool failures
 )
 
+// IndexConsumer is the indexer's durable consumer on the event stream: its
+// acknowledged position is how far heed_index is up to date.
+const IndexConsumer = "proj-index"
+
 // BucketInfo describes one bucket for provisioning and the docs.
 type BucketInfo struct {
 	events.BucketSpec
