@@ -97,6 +97,8 @@ type heed struct {
 	stdout syncBuffer
 	stderr syncBuffer
 	done   chan struct{} // closed when the process has exited
+	// stopped: stop ran (a test may stop heed itself to restart it).
+	stopped bool
 
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -135,10 +137,17 @@ func freePort(t *testing.T) int {
 // if the test failed, its output is logged.
 func startHeed(t *testing.T) *heed {
 	t.Helper()
+	return startHeedIn(t, t.TempDir())
+}
+
+// startHeedIn is startHeed with its data in dir: a second heed on the same
+// dir after the first stopped is a restart.
+func startHeedIn(t *testing.T, dir string) *heed {
+	t.Helper()
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	h := &heed{t: t, url: "nats://" + listen, done: make(chan struct{})}
 	h.cmd = exec.Command(heedBin, "up",
-		"--data", t.TempDir(),
+		"--data", dir,
 		"--nats-listen", listen,
 		"--tools", filepath.Join(repoRoot, "skills", "tools.yaml"))
 	h.cmd.Dir = repoRoot
@@ -183,6 +192,10 @@ func startHeed(t *testing.T) *heed {
 // README.md), kills it if it does not stop in time, and dumps its output if
 // the test failed.
 func (h *heed) stop() {
+	if h.stopped {
+		return
+	}
+	h.stopped = true
 	t := h.t
 	select {
 	case <-h.done:

@@ -22,11 +22,22 @@ type Expr struct {
 	prog *vm.Program
 }
 
-// Eval runs the expression against env.
+// Eval runs the expression against env, within its budget (budget.go):
+// an expression that would build too much, run too long or compute a
+// number JSON cannot hold fails with an error instead.
 func (e *Expr) Eval(env map[string]any) (any, error) {
-	out, err := expr.Run(e.prog, env)
+	scoped := make(map[string]any, len(env)+1)
+	for k, v := range env {
+		scoped[k] = v
+	}
+	scoped[budgetName] = newBudget()
+	machine := vm.VM{MemoryBudget: exprMemoryBudget}
+	out, err := machine.Run(e.prog, scoped)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Src, cleanExprError(err))
+	}
+	if err := finite(out); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Src, err)
 	}
 	return out, nil
 }
@@ -181,7 +192,7 @@ type scope struct {
 // are of any type; inputs are known by name; steps.<name> has status,
 // output, error and attempt.
 func (s scope) env() types.Map {
-	env := types.Map{}
+	env := types.Map{budgetName: types.Any}
 	for k, v := range s.vars {
 		if t, ok := v.(types.Type); ok {
 			env[k] = t
@@ -222,7 +233,11 @@ func (c *compiler) expr(src string, pos Pos, sc scope, what string) *Expr {
 		c.errs.add(pos, "%s: empty expression", what)
 		return nil
 	}
-	prog, err := expr.Compile(src, expr.Env(sc.env()), expr.MaxNodes(10000))
+	if err := checkSource(src); err != nil {
+		c.errs.add(pos, "%s: %v", what, err)
+		return nil
+	}
+	prog, err := expr.Compile(src, append([]expr.Option{expr.Env(sc.env())}, budgetOptions()...)...)
 	if err != nil {
 		c.errs.add(exprPos(pos, err), "%s: %s", what, describeExprError(err, sc))
 		return nil
@@ -325,6 +340,9 @@ func describeExprError(err error, sc scope) string {
 func cleanExprError(err error) error {
 	var fe *file.Error
 	if errors.As(err, &fe) {
+		if fe.Prev != nil {
+			return fmt.Errorf("%s: %w", strings.TrimSuffix(fe.Message, ": "+fe.Prev.Error()), fe.Prev)
+		}
 		return errors.New(fe.Message)
 	}
 	return err
