@@ -266,6 +266,9 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		}
 		return &ev, nil
 	}
+	if err := checkHeaderSize(msg.Header); err != nil {
+		return nil, err
+	}
 	if len(msg.Header) == 0 {
 		return nil, Errorf(CodeUndecodable, "no CloudEvents headers: expected binary mode (ce-specversion, ce-id, ce-source, ce-type, ce-subject headers) or Content-Type %s", ContentTypeStructured)
 	}
@@ -323,6 +326,32 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		ev.DataEncoded = msg.Data
 	}
 	return &ev, nil
+}
+
+// Header limits: checked before any header is decoded.
+const (
+	MaxHeaders     = 64       // headers of one message
+	MaxHeaderValue = 4 << 10  // bytes of one header value
+	MaxHeaderBytes = 16 << 10 // bytes of all of a message's headers
+)
+
+func checkHeaderSize(h nats.Header) error {
+	if len(h) > MaxHeaders {
+		return Errorf(CodeTooLarge, "%d headers; the limit is %d", len(h), MaxHeaders)
+	}
+	total := 0
+	for name, values := range h {
+		for _, v := range values {
+			if len(v) > MaxHeaderValue {
+				return Errorf(CodeTooLarge, "header %.64s is %d bytes; the limit is %d", name, len(v), MaxHeaderValue)
+			}
+			total += len(name) + len(v)
+		}
+	}
+	if total > MaxHeaderBytes {
+		return Errorf(CodeTooLarge, "headers are %d bytes; the limit is %d", total, MaxHeaderBytes)
+	}
+	return nil
 }
 
 func validExtensionName(s string) bool {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -536,5 +538,56 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 				t.Errorf("Encode returned a message with its error")
 			}
 		})
+	}
+}
+
+// TestHostileInputsRefusedCheaply: what any publisher can put on heed.> is
+// refused before a parser or the schema validator pays for it.
+func TestHostileInputsRefusedCheaply(t *testing.T) {
+	codec := testCodec(t)
+	base := func() *nats.Msg {
+		return rawMsg(t, newEvent(t, events.RunStepFailed, "r1", "e1", stepFailedData))
+	}
+	deep := base()
+	deep.Data = []byte(`{"step":"x","index":0,"attempt":1,"error":{"message":"m"},"output":` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + `}`)
+	bigHeader := base()
+	bigHeader.Header.Set("ce-padding", strings.Repeat("p", 60000))
+	manyHeaders := base()
+	for i := range 100 {
+		manyHeaders.Header.Set(fmt.Sprintf("x-h%d", i), "v")
+	}
+	for _, tc := range []struct {
+		name string
+		msg  *nats.Msg
+		want error
+		says string
+	}{
+		{"9,000-deep data", deep, events.ErrSchemaViolation, "deeper than 64"},
+		{"a 60 KB extension header", bigHeader, events.ErrTooLarge, "the limit is 4096"},
+		{"100 headers", manyHeaders, events.ErrTooLarge, "headers; the limit is 64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, err := codec.Decode(tc.msg)
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Decode: %v; want %v saying %q", err, tc.want, tc.says)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; took > 100*time.Millisecond || alloc > 1<<20 {
+				t.Errorf("refusing it took %s and %d KiB", took, alloc>>10)
+			}
+		})
+	}
+	v, err := events.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"run_id":"r1","reason":` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + `}`)
+	if err := v.ValidateCommand("heed.cmd.run.cancel", body); !errors.Is(err, events.ErrInvalidRequest) || !strings.Contains(err.Error(), "deeper than") {
+		t.Errorf("a 9,000-deep command: %v", err)
 	}
 }

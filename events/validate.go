@@ -78,6 +78,42 @@ func NewValidator() (*Validator, error) {
 	return v, nil
 }
 
+// MaxJSONDepth bounds the nesting of events' data and commands' requests;
+// it is checked before any parser or schema validator sees the document
+// (a deeply nested document costs them memory per level).
+const MaxJSONDepth = 64
+
+// JSONDepth is the deepest nesting of arrays and objects in data, counted
+// up to limit+1 without parsing.
+func JSONDepth(data []byte, limit int) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > deepest {
+				if deepest = depth; deepest > limit {
+					return deepest
+				}
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
 // Validate checks data (JSON) against the schema of t.
 func (v *Validator) Validate(t Type, data []byte) error {
 	s, ok := v.byType[t]
@@ -86,6 +122,9 @@ func (v *Validator) Validate(t Type, data []byte) error {
 	}
 	if len(data) == 0 {
 		data = []byte("null")
+	}
+	if JSONDepth(data, MaxJSONDepth) > MaxJSONDepth {
+		return Errorf(CodeSchemaViolation, "%s: data nests deeper than %d levels", t, MaxJSONDepth)
 	}
 	if n := v.fast[t]; n != nil && n.accepts(data) {
 		return nil
@@ -102,6 +141,12 @@ func (v *Validator) ValidateCommand(subject string, body []byte) error {
 	}
 	if len(body) == 0 {
 		return Errorf(CodeInvalidRequest, "%s: the request is empty; send a JSON object (schemas/commands/%s.json)", subject, subject)
+	}
+	if len(body) > MaxEventBytes {
+		return Errorf(CodeInvalidRequest, "%s: the request is %d bytes; the limit is %d", subject, len(body), MaxEventBytes)
+	}
+	if JSONDepth(body, MaxJSONDepth) > MaxJSONDepth {
+		return Errorf(CodeInvalidRequest, "%s: the request nests deeper than %d levels", subject, MaxJSONDepth)
 	}
 	err := validateDoc(subject, "the request", s, body)
 	var e *Error

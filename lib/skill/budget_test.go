@@ -17,7 +17,7 @@ func computeSkill(expr string) string {
 
 // evalCompute loads a one-step skill and evaluates its compute step,
 // measuring how long it took and how much the heap grew.
-func evalCompute(t *testing.T, expr string) (any, error, time.Duration, uint64) {
+func evalCompute(t *testing.T, expr string) (v any, took time.Duration, alloc uint64, err error) {
 	t.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -25,12 +25,12 @@ func evalCompute(t *testing.T, expr string) (any, error, time.Duration, uint64) 
 	start := time.Now()
 	sk, err := skill.Load("b.yaml", []byte(computeSkill(expr)))
 	if err != nil {
-		return nil, err, time.Since(start), 0
+		return nil, time.Since(start), 0, err
 	}
-	v, err := sk.Steps[0].Compute.Eval(map[string]any{"inputs": map[string]any{}, "steps": map[string]any{}, "run": map[string]any{"id": "r1"}})
-	took := time.Since(start)
+	v, err = sk.Steps[0].Compute.Eval(map[string]any{"inputs": map[string]any{}, "steps": map[string]any{}, "run": map[string]any{"id": "r1"}})
+	took = time.Since(start)
 	runtime.ReadMemStats(&after)
-	return v, err, took, after.TotalAlloc - before.TotalAlloc
+	return v, took, after.TotalAlloc - before.TotalAlloc, err
 }
 
 // TestExpressionsStayWithinBudget: what an outsider can put in a skill
@@ -57,7 +57,7 @@ func TestExpressionsStayWithinBudget(t *testing.T) {
 		{"a long source", strings.Repeat("1 + ", 5000) + "1", "bytes; the limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err, took, alloc := evalCompute(t, tc.expr)
+			v, took, alloc, err := evalCompute(t, tc.expr)
 			if err == nil {
 				t.Fatalf("= %.80v, want an error saying %q", v, tc.want)
 			}
@@ -86,7 +86,7 @@ func TestExpressionsStillWork(t *testing.T) {
 		{`7 / 2`, "3.5"},
 		{`"(not nested" + ")"`, "(not nested)"},
 	} {
-		v, err, _, _ := evalCompute(t, tc.expr)
+		v, _, _, err := evalCompute(t, tc.expr)
 		if err != nil {
 			t.Errorf("%s: %v", tc.expr, err)
 			continue
@@ -98,7 +98,7 @@ func TestExpressionsStillWork(t *testing.T) {
 }
 
 func TestBudgetErrorIs(t *testing.T) {
-	_, err, _, _ := evalCompute(t, `repeat("x", 100000)`)
+	_, _, _, err := evalCompute(t, `repeat("x", 100000)`)
 	if !errors.Is(err, skill.ErrBudget) {
 		t.Errorf("error %v is not ErrBudget", err)
 	}

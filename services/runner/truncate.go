@@ -2,14 +2,21 @@ package runner
 
 import (
 	"encoding/json"
+
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heedhq/heed/events"
 )
 
 // maxFieldBytes bounds one output, args or error in an event: the log
-// keeps what an operator needs to see, not whole payloads.
-const maxFieldBytes = 16 * 1024
+// keeps what an operator needs to see, not whole payloads. maxFieldDepth
+// bounds its nesting, so the event stays within events.MaxJSONDepth.
+const (
+	maxFieldBytes = 16 * 1024
+	maxFieldDepth = events.MaxJSONDepth - 16
+)
 
 // truncateValue returns v, or a string preview of its JSON when larger than
 // max.
@@ -24,7 +31,7 @@ func truncateValue(v any, max int) (any, bool) {
 	if err != nil {
 		return nil, true
 	}
-	if len(b) <= max {
+	if len(b) <= max && events.JSONDepth(b, maxFieldDepth) <= maxFieldDepth {
 		return v, false
 	}
 	p, _ := truncateString(string(b), max)
@@ -41,7 +48,7 @@ func truncateMap(m map[string]any, max int) (map[string]any, bool) {
 	if err != nil {
 		return map[string]any{"preview": "(not JSON)"}, true
 	}
-	if len(b) <= max {
+	if len(b) <= max && events.JSONDepth(b, maxFieldDepth) <= maxFieldDepth {
 		return m, false
 	}
 	p, _ := truncateString(string(b), max)
