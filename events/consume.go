@@ -346,7 +346,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = c.bus.PublishAll(pctx, out)
 		cancel()
-		if err != nil && CodeOf(err) != CodeUnavailable {
+		if err != nil && CodeOf(err) != CodeUnavailable && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// The handler produced an event the contract refuses: a bug that
 			// retrying cannot fix.
 			err = Poison(fmt.Errorf("handler produced an invalid event: %w", err))

@@ -24,6 +24,7 @@ const (
 	CodeInvalidRequest   Code = "invalid_request"   // a command request failed validation
 	CodeNotFound         Code = "not_found"         // the referenced aggregate does not exist
 	CodeUnavailable      Code = "unavailable"       // a dependency (NATS, JetStream) is not reachable
+	CodeBusy             Code = "busy"              // a service has as many requests in hand as it takes; try again
 	CodeInternal         Code = "internal"          // a bug or unexpected failure
 )
 
@@ -76,6 +77,7 @@ var (
 	ErrInvalidRequest   = &Error{Code: CodeInvalidRequest}
 	ErrNotFound         = &Error{Code: CodeNotFound}
 	ErrUnavailable      = &Error{Code: CodeUnavailable}
+	ErrBusy             = &Error{Code: CodeBusy}
 	ErrInternal         = &Error{Code: CodeInternal}
 )
 

@@ -17,24 +17,30 @@ import (
 // Func is a typed command handler.
 type Func[Req any] func(ctx context.Context, req *Req) (any, error)
 
-// MaxConcurrent bounds the requests one command handles at once; more
-// wait in the subscription's queue.
-const MaxConcurrent = 64
+// MaxConcurrent bounds the requests one command handles at once; past it
+// a request is answered at once with code busy (try again), so a slow
+// caller cannot make every other wait.
+const MaxConcurrent = 256
 
 // Handler turns f into a micro handler for the command on subject: the
 // request is checked against the command's schema and decoded into Req
 // (unknown fields refused), f's reply is sent as JSON, and an error as a
 // micro error reply with heed's code and an ErrorReply body. Each request
-// gets timeout to finish. Requests are handled concurrently (up to
-// MaxConcurrent): a command that reads the log must not make every other
-// caller wait for it.
-func Handler[Req any](v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
+// gets timeout to finish, within ctx (the service's: a draining service
+// cancels what it has in hand). Requests are handled concurrently, up to
+// MaxConcurrent; past that a request is answered at once with code busy.
+func Handler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
-		slots <- struct{}{}
+		select {
+		case slots <- struct{}{}:
+		default:
+			RespondError(r, events.Errorf(events.CodeBusy, "%s has %d requests in hand; try again", subject, MaxConcurrent))
+			return
+		}
 		go func() {
 			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			out, err := handle(ctx, v, subject, r.Data(), f)
 			if err != nil {
@@ -98,12 +104,27 @@ func DecodeReply(subject string, msg *nats.Msg, out any) error {
 	return nil
 }
 
-// Call sends a command over nc and decodes its reply into out.
+// Call sends a command over nc and decodes its reply into out. A busy
+// service is asked again, after a short pause, until ctx ends.
 func Call(ctx context.Context, nc *nats.Conn, subject string, req, out any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		err := call(ctx, nc, subject, body, out)
+		if events.CodeOf(err) != events.CodeBusy {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+func call(ctx context.Context, nc *nats.Conn, subject string, body []byte, out any) error {
 	msg, err := nc.RequestWithContext(ctx, subject, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

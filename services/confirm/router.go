@@ -104,7 +104,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
-	if err := r.registerCommands(svc); err != nil {
+	if err := r.registerCommands(ctx, svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()

@@ -30,14 +30,14 @@ type commands struct {
 // commandTimeout bounds one command's work.
 const commandTimeout = 15 * time.Second
 
-func (c *commands) register(svc micro.Service) error {
+func (c *commands) register(ctx context.Context, svc micro.Service) error {
 	v := c.e.bus.Codec().Validator()
 	g := svc.AddGroup(events.CommandPrefix + ".run")
 	for name, h := range map[string]micro.Handler{
-		"start":    command.Handler(v, command.RunStart, commandTimeout, c.start),
-		"continue": command.Handler(v, command.RunContinue, commandTimeout, retrying(c.continueRun)),
-		"retry":    command.Handler(v, command.RunRetry, commandTimeout, retrying(c.retry)),
-		"cancel":   command.Handler(v, command.RunCancel, commandTimeout, retrying(c.cancel)),
+		"start":    command.Handler(ctx, v, command.RunStart, commandTimeout, c.start),
+		"continue": command.Handler(ctx, v, command.RunContinue, commandTimeout, retrying(c.continueRun)),
+		"retry":    command.Handler(ctx, v, command.RunRetry, commandTimeout, retrying(c.retry)),
+		"cancel":   command.Handler(ctx, v, command.RunCancel, commandTimeout, retrying(c.cancel)),
 	} {
 		if err := g.AddEndpoint(name, h); err != nil {
 			return err

@@ -109,7 +109,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
-	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait}).register(svc); err != nil {
+	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait}).register(ctx, svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
 	rt.AddCheck("runner", func() any {
