@@ -144,12 +144,18 @@ func startHeed(t *testing.T) *heed {
 // dir after the first stopped is a restart.
 func startHeedIn(t *testing.T, dir string) *heed {
 	t.Helper()
+	return startHeedWith(t, dir, filepath.Join(repoRoot, "skills", "tools.yaml"))
+}
+
+// startHeedWith is startHeedIn with another tools file.
+func startHeedWith(t *testing.T, dir, toolsFile string) *heed {
+	t.Helper()
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	h := &heed{t: t, url: "nats://" + listen, done: make(chan struct{})}
 	h.cmd = exec.Command(heedBin, "up",
 		"--data", dir,
 		"--nats-listen", listen,
-		"--tools", filepath.Join(repoRoot, "skills", "tools.yaml"))
+		"--tools", toolsFile)
 	h.cmd.Dir = repoRoot
 	h.cmd.Env = childEnv(t.TempDir())
 	h.cmd.Stdout, h.cmd.Stderr = &h.stdout, &h.stderr
@@ -186,6 +192,13 @@ func startHeedIn(t *testing.T, dir string) *heed {
 	}
 	h.nc, h.js = nc, js
 	return h
+}
+
+// kill ends heed at once, as kill -9 does: no drain, nothing flushed.
+func (h *heed) kill() {
+	h.stopped = true
+	_ = h.cmd.Process.Kill()
+	<-h.done
 }
 
 // stop interrupts heed (Ctrl-C drains and stops it with exit status 0,

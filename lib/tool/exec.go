@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,22 +33,38 @@ func runExec(ctx context.Context, s *Spec, c Call) Result {
 		argv = append(argv, skill.Stringify(v))
 	}
 	cmd := exec.Command(s.program, argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // kill the whole group on timeout
+	// Its own process group (a timeout kills the whole group), and killed
+	// with heed: when the process that started it dies (kill -9, a crash),
+	// the kernel sends it SIGKILL, so a tool never outlives its runner and
+	// never runs twice at once with its retry.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = execEnv(s, c)
 	stdin, _ := json.Marshal(c.Args)
 	cmd.Stdin = bytes.NewReader(stdin)
 	stdout := &capped{max: s.MaxOutput}
 	stderr := &capped{max: 64 * 1024}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the thread that forked exits, not the
+		// process: keep this goroutine on its thread until the tool ends.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		kind := "exec"
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			kind = "not_found"
 		}
 		return Result{Err: &Error{Kind: kind, Message: fmt.Sprintf("tool %s: cannot start %s: %v", s.Name, s.program, err)}}
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	var err error
 	select {
 	case err = <-done:
