@@ -31,15 +31,32 @@ func (r *router) consumeDeadlines(ctx context.Context) (jetstream.ConsumeContext
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("create consumer %s: %v", DeadlineConsumerName, err), Err: err}
 	}
-	return cons.Consume(func(m jetstream.Msg) {
-		if err := r.fired(ctx, m); err != nil {
-			r.log.Warn("deadline not handled; will retry", "subject", m.Subject(), "err", err)
-			_ = m.NakWithDelay(time.Second)
-			return
-		}
-		_ = m.Ack()
-	}, jetstream.PullHeartbeat(time.Second))
+	// Deadlines of different confirmations are independent: a burst of
+	// them (10,000 falling at once) is worked off by several workers.
+	work := make(chan jetstream.Msg, deadlineWorkers)
+	for range deadlineWorkers {
+		go func() {
+			for m := range work {
+				if err := r.fired(ctx, m); err != nil {
+					r.log.Warn("deadline not handled; will retry", "subject", m.Subject(), "err", err)
+					_ = m.NakWithDelay(time.Second)
+					continue
+				}
+				_ = m.Ack()
+			}
+		}()
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { work <- m }, jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		close(work)
+		return nil, err
+	}
+	go func() { <-cc.Closed(); close(work) }()
+	return cc, nil
 }
+
+// deadlineWorkers handle fired deadlines at once.
+const deadlineWorkers = 32
 
 // fired handles one fired deadline.
 func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
@@ -56,22 +73,29 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5; attempt++ {
-		st, err := confirmation.Load(ctx, r.bus, id)
-		if err != nil {
-			if events.CodeOf(err) == events.CodeNotFound {
-				return nil
+		// First from what the answers consumer holds (a burst of deadlines
+		// must not read the log once each); if that is stale the write
+		// conflicts, and the log is read.
+		v, cached := r.gates.view(id)
+		if attempt > 0 || !cached {
+			st, err := confirmation.Load(ctx, r.bus, id)
+			if err != nil {
+				if events.CodeOf(err) == events.CodeNotFound {
+					return nil
+				}
+				return err
 			}
-			return err
+			v = deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
 		}
-		if !st.Open() || st.Expired != nil {
+		if !v.open || v.expired {
 			return nil
 		}
-		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: st.Gate.Default, RunID: st.Gate.RunID})
+		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: v.dflt, RunID: v.runID})
 		if err != nil {
 			return err
 		}
 		exp.SetTime(meta.Timestamp.UTC()) // when it fired
-		_, err = r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq})
+		_, err = r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq})
 		if err == nil {
 			r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
 			return nil

@@ -70,3 +70,21 @@ func (g *gates) drop(id string) {
 	delete(g.m, id)
 	g.mu.Unlock()
 }
+
+// deadlineView is what a fired deadline needs to know of a confirmation.
+type deadlineView struct {
+	open, expired bool
+	dflt, runID   string
+	lastSeq       uint64
+}
+
+// view returns what the cache knows of a confirmation, if it holds it.
+func (g *gates) view(id string) (deadlineView, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, ok := g.m[id]
+	if !ok {
+		return deadlineView{}, false
+	}
+	return deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}, true
+}

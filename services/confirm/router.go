@@ -110,8 +110,8 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer func() { _ = svc.Stop() }()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
-		Description: "confirm router: answers confirmations in layers and enforces deadlines",
-		Filters:     []string{"heed.confirm.*.requested", "heed.confirm.*.expired"},
+		Description: "confirm router: answers confirmations in layers and sets their deadlines",
+		Filters:     []string{"heed.confirm.*.requested"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
 	}, r.handle)
@@ -123,7 +123,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	// requests.
 	judge, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        AnswersConsumerName,
-		Description: "confirm router: judges every answer (the first valid one takes effect), reports refusals, remembers choices",
+		Description: "confirm router: judges every answer (the first valid one takes effect), reports refusals, remembers choices, answers expired confirmations with their default",
 		Filters:     []string{"heed.confirm.>"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
@@ -158,8 +158,6 @@ func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 			return nil, events.Poison(err)
 		}
 		return nil, r.route(ctx, id, d, &req)
-	case events.ConfirmExpired:
-		return nil, r.expire(ctx, id, d)
 	}
 	return nil, nil
 }
@@ -179,10 +177,16 @@ func (r *router) firstSeq(id string) (uint64, bool) {
 // keeps the confirmations whole in memory (gates) and judges each answer.
 func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
 	st := r.gates.observe(d)
-	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
+	var out []events.Event
+	var err error
+	switch events.Type(d.Event.Type()) {
+	case events.ConfirmAnswered:
+		out, err = r.judge(ctx, d.Event.Subject(), d, st)
+	case events.ConfirmExpired:
+		err = r.expire(ctx, d.Event.Subject(), st)
+	default:
 		return nil, nil
 	}
-	out, err := r.judge(ctx, d.Event.Subject(), d, st)
 	if err != nil {
 		r.gates.drop(d.Event.Subject())
 	}
@@ -404,22 +408,38 @@ func hasOption(req *events.ConfirmRequestedData, v string) bool {
 	return false
 }
 
-// expire answers with the default when the deadline came first.
-func (r *router) expire(ctx context.Context, id string, d *events.Delivery) error {
-	st, err := confirmation.Load(ctx, r.bus, id)
+// expire answers with the default when the deadline came first. st is
+// the confirmation as the answers consumer holds it (nil: read the log):
+// with it, a burst of deadlines costs one write each.
+func (r *router) expire(ctx context.Context, id string, st *confirmation.State) error {
+	timeout := func(st *confirmation.State) events.ConfirmAnsweredData {
+		return events.ConfirmAnsweredData{
+			Choice: st.Gate.Default, Method: events.MethodTimeout, By: Source, Channel: "deadline", RunID: st.Gate.RunID,
+			Reason: "no answer before the deadline " + st.Expired.Deadline.UTC().Format(time.RFC3339),
+		}
+	}
+	if st != nil && st.Open() && st.Expired != nil {
+		ev, err := events.NewEvent(events.ConfirmAnswered, id, id+"/answer/timeout", Source, timeout(st))
+		if err != nil {
+			return err
+		}
+		_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
+		if !errors.Is(err, events.ErrConflict) {
+			return err
+		}
+		// Something came after what the consumer holds: judge from the log.
+	}
+	full, err := confirmation.Load(ctx, r.bus, id)
 	if err != nil {
 		if events.CodeOf(err) == events.CodeNotFound {
 			return nil // an expiry without a question: nothing to answer
 		}
 		return err
 	}
-	if !st.Open() || st.Expired == nil {
+	if !full.Open() || full.Expired == nil {
 		return nil // answered first, or an expiry that came before its request
 	}
-	_, err = confirmation.Answer(ctx, r.bus, Source, id, events.ConfirmAnsweredData{
-		Choice: st.Gate.Default, Method: events.MethodTimeout, By: Source, Channel: "deadline",
-		Reason: "no answer before the deadline " + st.Expired.Deadline.UTC().Format(time.RFC3339),
-	}, confirmation.WithEventID(id+"/answer/timeout"))
+	_, err = confirmation.Answer(ctx, r.bus, Source, id, timeout(full), confirmation.WithEventID(id+"/answer/timeout"))
 	if events.CodeOf(err) == events.CodeConflict {
 		return nil // answered first
 	}
