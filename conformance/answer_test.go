@@ -251,6 +251,14 @@ func checkRace(t *testing.T, h *heed, id, runID string, cmds []cmdResult, direct
 			if !ok {
 				return fmt.Errorf("no heed.confirm.%s.refused event for answer %s (%d of %d refused so far)", id, a.ID, len(refused), len(answers)-1)
 			}
+			if a.Seq < winner.Seq {
+				// Before the winner: refused for itself (a choice that is
+				// not an option), with no winner yet to name.
+				if d.Code != "invalid_choice" || d.AnswerSeq != a.Seq || d.Winner != nil || slices.Contains(options, ad.Choice) {
+					return fmt.Errorf("refused event for %s (seq %d, before the winner, choice %s) = %+v; want code invalid_choice and no winner", a.ID, a.Seq, ad.Choice, d)
+				}
+				continue
+			}
 			if d.Code != "already_answered" || d.AnswerSeq != a.Seq || d.By != ad.By || d.Choice != ad.Choice || d.Winner == nil ||
 				d.Winner.EventID != winner.ID || d.Winner.By != wd.By || d.Winner.Choice != wd.Choice {
 				return fmt.Errorf("refused event for %s (seq %d, by %s) = %+v winner %+v; want code already_answered naming the winner %s", a.ID, a.Seq, ad.By, d, d.Winner, winner.ID)

@@ -38,6 +38,10 @@ type Config struct {
 	// LagWait bounds how long a command waits for the log to show what its
 	// caller already saw (a pause, a failure). Default 1s.
 	LagWait time.Duration
+	// SweepEvery is how often the runner reconciles the runs that have
+	// been quiet for SweepQuiet (sweep.go). Defaults 15s and 30s; a
+	// negative SweepEvery turns the sweep off.
+	SweepEvery, SweepQuiet time.Duration
 }
 
 func (c *Config) defaults() {
@@ -58,6 +62,12 @@ func (c *Config) defaults() {
 	}
 	if c.LagWait <= 0 {
 		c.LagWait = time.Second
+	}
+	if c.SweepEvery == 0 {
+		c.SweepEvery = 15 * time.Second
+	}
+	if c.SweepQuiet <= 0 {
+		c.SweepQuiet = 30 * time.Second
 	}
 }
 
@@ -111,6 +121,9 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	}
 	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait}).register(ctx, svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
+	}
+	if cfg.SweepEvery > 0 {
+		go eng.sweepLoop(ctx, cfg.SweepEvery, cfg.SweepQuiet)
 	}
 	rt.AddCheck("runner", func() any {
 		eng.mu.Lock()

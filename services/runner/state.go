@@ -50,6 +50,8 @@ type StepState struct {
 	RetryOf string
 	// FailedID is the id of the current attempt's step.failed event.
 	FailedID string
+	// StartedAt is when the current attempt started (the event's time).
+	StartedAt time.Time
 	// FailedAt is when the current attempt failed (the event's time).
 	FailedAt time.Time
 	// Heal is the healer's verdict on the current failed attempt.
@@ -104,6 +106,8 @@ type RunState struct {
 	Paused      *events.RunPausedData
 	Failure     *events.ErrorInfo
 	LastSeq     uint64
+	LastAt      time.Time       // when the last stored event of the run happened
+	LastID      string          // its id
 	applied     map[string]bool // event ids folded in
 }
 
@@ -123,7 +127,7 @@ func newRun(id string) *RunState { return &RunState{ID: id, applied: map[string]
 // events as it publishes them and again when the log delivers them.
 func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 	if seq > r.LastSeq {
-		r.LastSeq = seq
+		r.LastSeq, r.LastAt, r.LastID = seq, ev.Time(), ev.ID()
 	}
 	if r.applied[ev.ID()] {
 		return nil
@@ -171,7 +175,7 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 			return nil
 		}
 		if d.Attempt > s.Attempt || (d.Attempt == s.Attempt && s.Status == StepPending) {
-			*s = StepState{Status: StepStarted, Attempt: d.Attempt, Args: d.Args, RetryOf: d.RetryOf}
+			*s = StepState{Status: StepStarted, Attempt: d.Attempt, Args: d.Args, RetryOf: d.RetryOf, StartedAt: ev.Time()}
 		}
 	case events.RunStepCompleted:
 		var d events.StepCompletedData

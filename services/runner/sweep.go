@@ -1,0 +1,230 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/tool"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The sweep: no run waits for nothing. The runner acts when an event of a
+// run is delivered; a delivery can be lost in ways redelivery does not
+// cover (the server restarted while a result was being written and a
+// duplicate of the delivery was acknowledged, a process died after the
+// server gave up on it). So, every SweepEvery, the runner reads again each
+// run it drives that has been quiet for SweepQuiet — the runs it has seen,
+// and at start every run the index says is not over — and reconciles it
+// from the log:
+//
+//   - what reconciling would write (the next step, a pause, the end, an
+//     answer that arrived) is written, guarded by the run's last sequence,
+//     so a run that moved on meanwhile is left alone;
+//   - a tool call whose result is not in the log, that no call in this
+//     process is making and whose tool's time limit (plus SweepQuiet) has
+//     passed, is failed with kind "lost": its on_error applies (a retry
+//     calls the tool again with the next attempt's idempotency key);
+//   - a retry waiting out its backoff is started.
+//
+// Everything the sweep writes has the id reconciling would give it, and
+// every write is conditional on the log, so several runners sweeping the
+// same run write it once.
+
+// sweepLoop runs the sweep until ctx ends.
+func (e *engine) sweepLoop(ctx context.Context, every, quiet time.Duration) {
+	first := true
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := e.sweep(ctx, quiet, first)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("sweep failed; will try again", "err", err)
+		} else {
+			first = false
+			if n > 0 {
+				e.log.Info("sweep moved quiet runs on", "runs", n)
+			}
+		}
+		t.Reset(every)
+	}
+}
+
+// sweep reconciles the quiet runs once and returns how many it moved on.
+// With fromIndex it also reads the index for runs not yet seen.
+func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool) (int, error) {
+	ids := map[string]bool{}
+	e.mu.Lock()
+	for id, r := range e.runs {
+		if !r.Terminal() {
+			ids[id] = true
+		}
+	}
+	e.mu.Unlock()
+	if fromIndex {
+		if err := e.activeFromIndex(ctx, ids); err != nil {
+			return 0, err
+		}
+	}
+	moved := 0
+	for id := range ids {
+		if ctx.Err() != nil {
+			return moved, ctx.Err()
+		}
+		ok, err := e.sweepRun(ctx, id, quiet)
+		if err != nil {
+			e.log.Warn("sweep of a run failed", "run", id, "err", err)
+			continue
+		}
+		if ok {
+			moved++
+		}
+	}
+	return moved, nil
+}
+
+// activeFromIndex adds the runs the index says are not over.
+func (e *engine) activeFromIndex(ctx context.Context, ids map[string]bool) error {
+	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil // no indexer yet: nothing indexed to look at
+	}
+	if err != nil {
+		return err
+	}
+	lister, err := kv.ListKeysFiltered(ctx, "run.>")
+	if err != nil {
+		return err
+	}
+	for k := range lister.Keys() {
+		entry, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var x readmodel.IndexEntry
+		if !readmodel.Decode(entry.Value(), &x) {
+			continue
+		}
+		switch x.Status {
+		case "requested", "running", "paused":
+			if x.Driver != "agent" {
+				ids[x.ID] = true
+			}
+		}
+	}
+	return nil
+}
+
+// sweepRun reconciles one run if it has been quiet long enough.
+func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (bool, error) {
+	r := newRun(id)
+	if _, err := events.ReadLog(ctx, e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
+		r.LastSeq = max(r.LastSeq, raw.Seq)
+		ev, err := e.bus.Codec().DecodeStored(raw)
+		if err != nil {
+			return nil
+		}
+		return r.Apply(ev, raw.Seq, e.skills)
+	}); err != nil {
+		return false, err
+	}
+	if !r.Requested || r.Terminal() || r.Skill == nil || time.Since(r.LastAt) < quiet {
+		return false, nil
+	}
+	// An answer to its confirmation is not in the run's log: bring it in.
+	if r.Paused != nil && r.Paused.ConfirmID != "" {
+		st, err := confirmation.Load(ctx, e.bus, r.Paused.ConfirmID)
+		if err != nil && events.CodeOf(err) != events.CodeNotFound {
+			return false, err
+		}
+		if st == nil || st.Answer == nil {
+			return false, nil // still waiting for someone: not stuck
+		}
+		ans, err := events.NewEvent(events.ConfirmAnswered, st.ID, st.AnswerID, Source, st.Answer)
+		if err != nil {
+			return false, err
+		}
+		if err := r.Apply(&ans, 0, e.skills); err != nil {
+			return false, err
+		}
+	}
+	cause, err := events.NewEvent(events.RunWarning, id, r.LastID, Source, nil) // stands for the run's last event
+	if err != nil {
+		return false, err
+	}
+	out, act := e.reconcile(r, &cause)
+	switch {
+	case len(out) > 0:
+	case act.launch != nil && act.launch.start != nil:
+		// A retry waiting out its backoff in a process that is gone.
+		out = []events.Event{*act.launch.start}
+	case act.launch != nil:
+		l := act.launch
+		spec, _ := e.invoker.Registry.Get(l.step.Tool)
+		limit := e.ackWait
+		if spec != nil {
+			limit = spec.TimeoutDuration()
+		}
+		ss := r.Steps[l.index]
+		if time.Since(ss.StartedAt) < limit+quiet {
+			return false, nil // the call may still be running somewhere
+		}
+		failed, err := events.NewEvent(events.RunStepFailed, id, id+"/"+stepSuffix(l.index, l.attempt, "failed"), Source, events.StepFailedData{
+			Step: l.step.Name, Index: l.index, Attempt: l.attempt, Tool: l.step.Tool, Args: ss.Args,
+			Error: events.ErrorInfo{Kind: "lost", Message: fmt.Sprintf("the result of this call was never recorded (the runner or NATS restarted while it ran); it may or may not have taken effect: idempotency key %s", tool.IdempotencyKey(id, l.index, l.attempt))},
+		})
+		if err != nil {
+			return false, err
+		}
+		out = []events.Event{failed}
+	default:
+		return false, nil
+	}
+	for i := range out {
+		out[i].SetExtension("causationid", r.LastID)
+	}
+	if err := e.publishGuarded(ctx, r, out); err != nil {
+		if errors.Is(err, events.ErrConflict) {
+			return false, nil // the run moved on meanwhile
+		}
+		return false, err
+	}
+	e.forget(id) // the cached state is behind the log now
+	e.log.Info("sweep moved a quiet run on", "run", id, "events", eventTypes(out))
+	return true, nil
+}
+
+// publishGuarded writes events to a run only if nothing was appended to it
+// since it was read: its first event of the run carries the expectation
+// (an event of another aggregate, a confirmation request, is guarded by
+// its deterministic id).
+func (e *engine) publishGuarded(ctx context.Context, r *RunState, out []events.Event) error {
+	guarded := false
+	for i := range out {
+		var opts []events.PublishOption
+		if !guarded && events.Type(out[i].Type()).Kind() == "run" {
+			opts, guarded = append(opts, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("run", r.ID), Seq: r.LastSeq}), true
+		}
+		if _, err := e.bus.Publish(ctx, &out[i], opts...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func eventTypes(evs []events.Event) []string {
+	out := make([]string, len(evs))
+	for i := range evs {
+		out[i] = evs[i].Type()
+	}
+	return out
+}

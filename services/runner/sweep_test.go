@@ -1,0 +1,113 @@
+package runner_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/services/runner"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestSweepMovesOnRunsWhoseDeliveriesWereLost: a run whose events the
+// runner's consumer acknowledged without acting on them (a delivery lost
+// while NATS restarted, a duplicate acknowledged in its place) is not left
+// at step.started for good: the sweep finds it from the index, fails the
+// call whose result was never recorded (kind lost) and its on_error retry
+// completes the run.
+func TestSweepMovesOnRunsWhoseDeliveriesWereLost(t *testing.T) {
+	h := newHarness(t)
+	h.service("indexer", indexer.Run)
+	src := "name: sweepy\nsteps:\n  - name: nap\n    tool: sleeper\n    args: {duration: 10ms}\n    on_error: retry\n    retry: {attempts: 2, backoff: 10ms}\n"
+	sk, err := skill.Load("sweepy.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "lostrun1"
+	long := time.Now().Add(-10 * time.Minute)
+	put := func(typ events.Type, eventID string, data any) {
+		t.Helper()
+		ev, err := events.NewEvent(typ, id, eventID, runner.Source, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.SetTime(long)
+		if _, err := h.bus.Publish(h.ctx(), &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(events.RunRequested, id+"/requested", events.RunRequestedData{Skill: events.SkillRef{Name: sk.Name, Source: sk.Source, Digest: sk.Digest}, Inputs: map[string]any{}, RequestedBy: "test"})
+	put(events.RunStarted, id+"/started", events.RunStartedData{Skill: sk.Name, Driver: "runner", Steps: []string{"nap"}})
+	put(events.RunStepStarted, id+"/s0/a1/started", events.StepStartedData{Step: "nap", Index: 0, Attempt: 1, Kind: "tool", Tool: "sleeper", Args: map[string]any{"duration": "10ms"}, IdempotencyKey: id + "/0/1"})
+
+	// The runner's consumer has acknowledged all of it: nothing will be
+	// delivered again.
+	ctx := h.ctx()
+	cons, err := h.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{
+		Durable: runner.ConsumerName, FilterSubjects: []string{"heed.run.>", "heed.confirm.*.answered"}, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := 0
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
+	if acked != 3 {
+		t.Fatalf("acknowledged %d events, want 3", acked)
+	}
+	// The index knows the run is running.
+	kvCheck(t, h, "run."+id, func(status string) bool { return status == "running" })
+
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1, SweepEvery: 200 * time.Millisecond, SweepQuiet: 100 * time.Millisecond})
+	evs := h.waitRun(id, 20*time.Second, "run.completed", func(evs []*events.Event) bool { return len(ofType(evs, events.RunCompleted)) == 1 })
+	failed := ofType(evs, events.RunStepFailed)
+	if len(failed) != 1 {
+		t.Fatalf("%d step.failed events:\n%s", len(failed), describe(evs))
+	}
+	lost := decode[events.StepFailedData](t, failed[0])
+	if lost.Error.Kind != "lost" || lost.Attempt != 1 {
+		t.Errorf("step.failed = %+v; want attempt 1 failed as lost", lost)
+	}
+	var second *events.StepStartedData
+	for _, ev := range ofType(evs, events.RunStepStarted) {
+		if d := decode[events.StepStartedData](t, ev); d.Attempt == 2 {
+			second = &d
+		}
+	}
+	if second == nil || second.RetryOf != id+"/s0/a1/failed" || second.IdempotencyKey != id+"/0/2" {
+		t.Errorf("attempt 2 = %+v; want the retry of the lost attempt with its own key", second)
+	}
+}
+
+// kvCheck waits until the index entry at key has a status ok accepts.
+func kvCheck(t *testing.T, h *harness, key string, ok func(status string) bool) {
+	t.Helper()
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		kv, err := h.bus.JetStream().KeyValue(h.ctx(), readmodel.IndexBucket)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(h.ctx(), key)
+		if err != nil {
+			return err
+		}
+		var x readmodel.IndexEntry
+		if !readmodel.Decode(e.Value(), &x) || !ok(x.Status) {
+			return fmt.Errorf("index %s: %s", key, e.Value())
+		}
+		return nil
+	})
+}
