@@ -8,7 +8,7 @@ DATA ?= .heed
 NATS_LISTEN ?= 127.0.0.1:4222
 FUZZTIME ?= 15s
 
-.PHONY: all build run test unit vet fmt-check staticcheck fuzz bench deps clean
+.PHONY: all build run test unit vet fmt-check staticcheck fuzz bench chaos deps clean
 
 all: build
 
@@ -52,6 +52,13 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
 	$(GO) test -run='^$$' -fuzz='^FuzzFastStage$$' -fuzztime=$(FUZZTIME) ./events
 	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./lib/skill
+
+## chaos: kill -9 of heed and of its NATS server during runs, 5 trials of 300
+## runs (CI runs 1 trial of 100 within make test); prints a report per trial
+CHAOS_RUNS ?= 300
+CHAOS_TRIALS ?= 5
+chaos: deps
+	set -o pipefail; HEED_CHAOS_RUNS=$(CHAOS_RUNS) HEED_CHAOS_TRIALS=$(CHAOS_TRIALS) $(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./conformance 2>&1 | grep -E 'chaos report|^(---|ok|FAIL|PASS)|_test.go'
 
 ## bench: throughput and latency against raw JetStream in the same run
 bench: build

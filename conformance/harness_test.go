@@ -41,6 +41,9 @@ var (
 	repoRoot string
 	// heedBin is the heed CLI under test, built by TestMain.
 	heedBin string
+	// natsServerBin is nats-server, built by TestMain from the version heed
+	// embeds, for tests that run NATS as a process of its own.
+	natsServerBin string
 )
 
 func TestMain(m *testing.M) {
@@ -66,6 +69,14 @@ func runMain(m *testing.M) int {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "go build ./tools/heed:", err)
+		return 1
+	}
+	natsServerBin = filepath.Join(dir, "nats-server")
+	build = exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2")
+	build.Dir = filepath.Join(repoRoot, "events") // the module that requires it
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "go build nats-server:", err)
 		return 1
 	}
 	return m.Run()

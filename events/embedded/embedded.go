@@ -29,6 +29,9 @@ type Options struct {
 	Logger     *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept clients.
 	ReadyTimeout time.Duration
+	// SyncAlways makes JetStream write (and fsync) every message before it
+	// acknowledges it (sync_interval: always).
+	SyncAlways bool
 }
 
 // Server is a running embedded nats-server.
@@ -68,6 +71,9 @@ func Start(o Options) (*Server, error) {
 	}
 	opts.JetStream = true
 	opts.StoreDir = o.DataDir
+	if o.SyncAlways {
+		opts.SyncAlways = true
+	}
 	opts.NoSigs = true // heed owns SIGINT/SIGTERM and drains before the server stops
 	opts.NoLog = false
 	s, err := server.NewServer(opts)

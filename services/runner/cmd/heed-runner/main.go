@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"flag"
+	"time"
 
 	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/services/runner"
@@ -15,6 +16,8 @@ func main() {
 		var cfg runner.Config
 		fs.StringVar(&cfg.ToolsFile, "tools", "", "tools file (YAML)")
 		fs.IntVar(&cfg.Workers, "workers", 16, "goroutines driving runs")
+		fs.DurationVar(&cfg.SweepEvery, "sweep-every", 15*time.Second, "how often to reconcile runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
+		fs.DurationVar(&cfg.SweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 		return func(ctx context.Context, rt *service.Runtime) error { return runner.Run(ctx, rt, cfg) }
 	})
 }

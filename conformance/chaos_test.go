@@ -1,0 +1,421 @@
+package conformance
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The chaos test: heed (every service in one process) against an external
+// nats-server, while runs go on: kill -9 of heed, kill -9 of the NATS
+// server, racing answers, a deadline across both. It fails on any lost,
+// stuck, doubled or overlapping step. CI runs one trial of 100 runs;
+// `make chaos` runs HEED_CHAOS_TRIALS trials of HEED_CHAOS_RUNS runs and
+// prints the report.
+
+// natsServer is an external nats-server process with JetStream.
+type natsServer struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	port int
+	dir  string
+	out  syncBuffer
+	done chan struct{}
+}
+
+func startNATS(t *testing.T, port int, dir string) *natsServer {
+	t.Helper()
+	s := &natsServer{t: t, port: port, dir: dir, done: make(chan struct{})}
+	// As deploy/nats/standalone.conf: every message written and fsynced
+	// before it is acknowledged, so a kill -9 loses nothing acknowledged.
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: chaos\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", port, filepath.Join(dir, "js"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = exec.Command(natsServerBin, "-c", conf)
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("--- nats-server (port %d) ---\n%s", port, lastLines(s.out.String(), 40))
+		}
+	})
+	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	return s
+}
+
+func (s *natsServer) kill() {
+	select {
+	case <-s.done:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+// startHeedOn runs `heed up` with every service against the server at url,
+// with the sweep made quick.
+func startHeedOn(t *testing.T, url, tools string) *heed {
+	t.Helper()
+	h := &heed{t: t, url: url, done: make(chan struct{})}
+	h.cmd = exec.Command(heedBin, "up", "--nats-url", url, "--tools", tools, "--sweep-every", "1s", "--sweep-quiet", "2s")
+	h.cmd.Dir = repoRoot
+	h.cmd.Env = childEnv(t.TempDir())
+	h.cmd.Stdout, h.cmd.Stderr = &h.stdout, &h.stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatalf("start heed up: %v", err)
+	}
+	go func() { _ = h.cmd.Wait(); close(h.done) }()
+	t.Cleanup(h.stop)
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case <-h.done:
+			t.Fatalf("heed up exited (%v) before it was ready:\n%s", h.cmd.ProcessState, h.stderr.String())
+		default:
+		}
+		if !strings.Contains(h.stdout.String(), "heed: ready") {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	return h
+}
+
+// chaosTool does some work under a lock named by its idempotency key: if
+// another live process holds the same key, it reports an overlap. It
+// records each start and each end.
+const chaosTool = `#!/bin/sh
+key=$(printf %s "$HEED_IDEMPOTENCY_KEY" | tr '/' '_')
+lock="$CHAOS_DIR/locks/$key"
+if ! mkdir "$lock" 2>/dev/null; then
+  old=$(cat "$lock/pid" 2>/dev/null)
+  if [ -n "$old" ] && kill -0 "$old" 2>/dev/null; then echo "overlap $HEED_IDEMPOTENCY_KEY $old $$" >> "$CHAOS_DIR/calls"; fi
+fi
+echo $$ > "$lock/pid"
+echo "start $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
+sleep 0.2
+echo "end $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
+rm -rf "$lock"
+echo '{"ok":true}'
+`
+
+const chaosSkill = `name: chaos
+steps:
+  - name: first
+    tool: chaos_work
+  - name: approve
+    confirm:
+      message: "go on?"
+      options: [{label: Go, value: proceed}, {label: Stop, value: cancel}]
+      default: cancel
+      timeout: 600
+  - name: second
+    tool: chaos_work
+`
+
+type chaosReport struct {
+	runs, completed, cancelled, failed, stuck int
+	toolStarts, toolEnds, rerunKeys, overlaps int
+	doubled                                   []string
+	answersRefused                            int64
+	took                                      time.Duration
+}
+
+func (r chaosReport) String() string {
+	return fmt.Sprintf("runs %d: completed %d, cancelled %d, failed %d, stuck %d; tool calls started %d, finished %d, keys called again after a crash %d, overlapping %d; doubled steps %d; racing answers refused %d; %s",
+		r.runs, r.completed, r.cancelled, r.failed, r.stuck, r.toolStarts, r.toolEnds, r.rerunKeys, r.overlaps, len(r.doubled), r.answersRefused, r.took.Round(time.Millisecond))
+}
+
+func TestChaos(t *testing.T) {
+	runs, trials := 100, 1
+	if v, err := strconv.Atoi(os.Getenv("HEED_CHAOS_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("HEED_CHAOS_TRIALS")); err == nil && v > 0 {
+		trials = v
+	}
+	for trial := 1; trial <= trials; trial++ {
+		t.Run(fmt.Sprintf("trial %d", trial), func(t *testing.T) {
+			rep := chaosTrial(t, runs)
+			t.Logf("chaos report: %s", rep)
+		})
+	}
+}
+
+func chaosTrial(t *testing.T, runs int) chaosReport {
+	work := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(work, "locks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(work, "work.sh")
+	if err := os.WriteFile(script, []byte(chaosTool), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(work, "tools.yaml")
+	if err := os.WriteFile(tools, []byte(fmt.Sprintf("tools:\n  chaos_work:\n    command: %s\n    timeout: 5s\n    set_env: {CHAOS_DIR: %q}\n", script, work)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	store := t.TempDir()
+	srv := startNATS(t, port, store)
+	h := startHeedOn(t, url, tools)
+	start := time.Now()
+
+	// The test's connection rides out the server's restart.
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	// Answer every confirmation the moment its run pauses, twice at once
+	// (a race), retrying through the chaos.
+	var refused atomic.Int64
+	stopAnswering := make(chan struct{})
+	var answering sync.WaitGroup
+	sub, err := nc.Subscribe("heed.run.*.paused", func(m *nats.Msg) {
+		var d struct {
+			ConfirmID string `json:"confirm_id"`
+		}
+		if json.Unmarshal(m.Data, &d) != nil || d.ConfirmID == "" {
+			return
+		}
+		for i := range 2 {
+			answering.Add(1)
+			go func() {
+				defer answering.Done()
+				for {
+					err := request(nc, "heed.cmd.confirm.answer", map[string]any{"id": d.ConfirmID, "choice": "proceed", "by": fmt.Sprintf("user:chaos-%d", i), "channel": "chaos"}, nil)
+					var ce *cmdError
+					switch {
+					case err == nil:
+						return
+					case errors.As(err, &ce) && ce.Code == "conflict":
+						refused.Add(1)
+						return
+					}
+					select {
+					case <-stopAnswering:
+						return
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	// A question nobody answers, whose deadline falls during the chaos.
+	var deadlineReply map[string]any
+	mustRequest(t, nc, "heed.cmd.confirm.request", map[string]any{"id": "chaos-deadline", "message": "nobody answers", "options": []map[string]string{{"label": "Go", "value": "proceed"}, {"label": "Stop", "value": "cancel"}}, "default": "cancel", "timeout_s": 4, "requester": "chaos"}, &deadlineReply)
+
+	// Start the runs, at most 20 in flight, retrying through the chaos.
+	ids := make([]string, runs)
+	var starting sync.WaitGroup
+	slots := make(chan struct{}, 20)
+	for i := range runs {
+		starting.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer starting.Done()
+			defer func() { <-slots }()
+			for attempt := 0; ; attempt++ {
+				var rep runReply
+				err := request(nc, "heed.cmd.run.start", map[string]any{"skill": map[string]any{"source": chaosSkill}, "requested_by": "chaos", "request_id": fmt.Sprintf("chaos-%d", i)}, &rep)
+				if err == nil {
+					ids[i] = rep.RunID
+					return
+				}
+				if attempt > 300 {
+					t.Errorf("run %d never started: %v", i, err)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		switch i {
+		case runs / 3: // kill -9 heed while runs go on
+			h.kill()
+			time.Sleep(300 * time.Millisecond)
+			h = startHeedOn(t, url, tools)
+		case 2 * runs / 3: // kill -9 the NATS server
+			srv.kill()
+			time.Sleep(time.Second)
+			srv = startNATS(t, port, store)
+		}
+	}
+	starting.Wait()
+	// And heed once more, while runs are mid-step.
+	time.Sleep(500 * time.Millisecond)
+	h.kill()
+	h = startHeedOn(t, url, tools)
+
+	// Every run ends, as completed.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := chaosReport{runs: runs}
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		rep.completed, rep.cancelled, rep.failed = 0, 0, 0
+		for _, id := range ids {
+			if id == "" {
+				continue
+			}
+			switch status := runStatus(t, js, id); status {
+			case "completed":
+				rep.completed++
+			case "cancelled":
+				rep.cancelled++
+			case "failed":
+				rep.failed++
+			}
+		}
+		if rep.completed+rep.cancelled+rep.failed == runs || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	close(stopAnswering)
+	answering.Wait()
+	rep.stuck = runs - rep.completed - rep.cancelled - rep.failed
+	rep.answersRefused = refused.Load()
+	rep.took = time.Since(start)
+
+	// The tool's own record: no two live copies of one call, ever.
+	calls, _ := os.ReadFile(filepath.Join(work, "calls"))
+	ended := map[string]int{}
+	started := map[string]int{}
+	for _, line := range strings.Split(string(calls), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "start":
+			rep.toolStarts++
+			started[f[1]]++
+		case "end":
+			rep.toolEnds++
+			ended[f[1]]++
+		case "overlap":
+			rep.overlaps++
+		}
+	}
+	for _, n := range started {
+		if n > 1 {
+			rep.rerunKeys++
+		}
+	}
+	// The log's record: one outcome per step attempt, one completed attempt
+	// per step.
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		done := map[string]int{}
+		for _, e := range streamMsgs(t, js, "heed.run."+id+".step.completed") {
+			var d struct {
+				Index   int `json:"index"`
+				Attempt int `json:"attempt"`
+			}
+			e.decode(t, &d)
+			done[strconv.Itoa(d.Index)]++
+		}
+		for step, n := range done {
+			if n > 1 {
+				rep.doubled = append(rep.doubled, fmt.Sprintf("%s step %s completed %d times", id, step, n))
+			}
+		}
+	}
+	// The deadline fired once, across both restarts.
+	timeouts := 0
+	for _, e := range streamMsgs(t, js, "heed.confirm.chaos-deadline.answered") {
+		var d answeredData
+		e.decode(t, &d)
+		if d.Method == "timeout" {
+			timeouts++
+		}
+	}
+
+	if rep.stuck > 0 || rep.failed > 0 || rep.cancelled > 0 {
+		var open []string
+		for _, id := range ids {
+			if s := runStatus(t, js, id); s != "completed" {
+				open = append(open, id+" "+s)
+			}
+		}
+		t.Errorf("%d runs did not complete: %s", len(open), strings.Join(open[:min(len(open), 10)], "; "))
+		for _, o := range open[:min(len(open), 3)] {
+			id, _, _ := strings.Cut(o, " ")
+			var seen []string
+			for _, e := range streamMsgs(t, js, "heed.*."+id+"*.>") {
+				seen = append(seen, fmt.Sprintf("#%d %s", e.Seq, strings.TrimPrefix(e.Subject, "heed.")))
+			}
+			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
+		}
+	}
+	if rep.overlaps > 0 {
+		t.Errorf("%d tool calls ran while another live copy of the same call ran", rep.overlaps)
+	}
+	if len(rep.doubled) > 0 {
+		t.Errorf("doubled steps: %s", strings.Join(rep.doubled, "; "))
+	}
+	if timeouts != 1 {
+		t.Errorf("the deadline answered %d times, want once", timeouts)
+	}
+	if rep.toolEnds < 2*rep.completed {
+		t.Errorf("%d tool calls finished for %d completed runs of two tool steps", rep.toolEnds, rep.completed)
+	}
+	_ = srv
+	return rep
+}
+
+// runStatus reads a run's status from its own log: the last of its
+// ending events, or running.
+func runStatus(t *testing.T, js jetstream.JetStream, id string) string {
+	t.Helper()
+	status := "running"
+	for _, e := range streamMsgs(t, js, "heed.run."+id+".>") {
+		switch {
+		case strings.HasSuffix(e.Subject, ".completed") && !strings.HasSuffix(e.Subject, ".step.completed"):
+			status = "completed"
+		case strings.HasSuffix(e.Subject, ".cancelled"):
+			status = "cancelled"
+		case strings.HasSuffix(e.Subject, ".failed") && !strings.HasSuffix(e.Subject, ".step.failed"):
+			status = "failed"
+		case strings.HasSuffix(e.Subject, ".resumed") && status == "failed":
+			status = "running"
+		}
+	}
+	return status
+}
