@@ -47,6 +47,12 @@ type Spec struct {
 	Subject     string            `yaml:"subject"` // nats: default heed.tool.<name>
 	Cluster     string            `yaml:"cluster"` // the cluster the tool acts on (the healer's login fix uses it)
 	MaxOutput   int               `yaml:"max_output_bytes"`
+	// Idempotent (default true) says the tool honours HEED_IDEMPOTENCY_KEY
+	// (or Heed-Idempotency-Key): a call made again with the same key does
+	// not do the work twice. A tool that cannot (idempotent: false) is not
+	// called again when its result is unknown after a crash: a person is
+	// asked first.
+	Idempotent *bool `yaml:"idempotent"`
 
 	timeout time.Duration
 	argv    []*skill.Template
@@ -55,6 +61,9 @@ type Spec struct {
 
 // Timeout is the tool's time limit.
 func (s *Spec) TimeoutDuration() time.Duration { return s.timeout }
+
+// IsIdempotent reports whether a call may be made again with the same key.
+func (s *Spec) IsIdempotent() bool { return s.Idempotent == nil || *s.Idempotent }
 
 // Registry is the loaded tools file.
 type Registry struct {

@@ -322,6 +322,28 @@ func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, ac
 				if running {
 					return out(), action{} // running (or its result is on the way)
 				}
+				// A call started before (not by this reconcile) and not
+				// running here: its result is unknown (a crash, a restart).
+				// A tool that does not honour idempotency keys is not called
+				// again before a person says so.
+				if !em.emitted(stepSuffix(i, ss.Attempt, "started")) && !e.idempotent(st.Tool) {
+					switch {
+					case ss.ConfirmID != LostCallConfirmID(r.ID, i, ss.Attempt) || ss.Answer == nil:
+						if r.Status != StatusPaused {
+							e.askLostCall(r, i, ss.Attempt, em)
+						}
+						return out(), action{}
+					case ss.Answer.Choice != ChoiceRunAgain:
+						a := ss.Answer
+						emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed-lost"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
+						emit(events.RunStepFailed, stepSuffix(i, ss.Attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: ss.Attempt, Tool: st.Tool, Args: ss.Args,
+							Error: events.ErrorInfo{Kind: "lost", Message: fmt.Sprintf("the result of this call was lost when heed restarted, and %s chose not to call %s again (it does not honour idempotency keys)", a.By, st.Tool)}})
+						continue
+					case r.Status == StatusPaused:
+						a := ss.Answer
+						emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed-lost"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
+					}
+				}
 				return out(), action{launch: &launch{index: i, attempt: ss.Attempt, step: st, args: ss.Args}}
 			case skill.KindCompute:
 				e.compute(r, i, ss.Attempt, emit)
@@ -423,6 +445,17 @@ func (m *emitter) emit(t events.Type, suffix string, data any) {
 	m.out = append(m.out, ev)
 }
 
+// emitted reports whether this reconcile emitted the event with suffix.
+func (m *emitter) emitted(suffix string) bool {
+	id := m.r.ID + "/" + suffix
+	for i := range m.out {
+		if m.out[i].ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
 // other adds an event of another aggregate (a confirmation) without
 // applying it to the run.
 func (m *emitter) other(ev events.Event) {
@@ -500,7 +533,18 @@ func ConfirmID(runID string, index, attempt int) string {
 	return fmt.Sprintf("%s-s%d-a%d", runID, index, attempt)
 }
 
-// ParseConfirmID splits a ConfirmID into its run, step index and attempt.
+// LostCallConfirmID is the id of the confirmation that asks whether a
+// call of a tool that does not honour idempotency keys may be made again.
+func LostCallConfirmID(runID string, index, attempt int) string {
+	return fmt.Sprintf("%s-l%d-a%d", runID, index, attempt)
+}
+
+// ChoiceRunAgain is the lost-call confirmation's option to call the tool
+// again.
+const ChoiceRunAgain = "run_again"
+
+// ParseConfirmID splits a ConfirmID (or a LostCallConfirmID) into its run,
+// step index and attempt.
 func ParseConfirmID(id string) (runID string, index, attempt int, ok bool) {
 	i := strings.LastIndex(id, "-a")
 	if i < 0 {
@@ -510,7 +554,7 @@ func ParseConfirmID(id string) (runID string, index, attempt int, ok bool) {
 	if err != nil || attempt < 1 {
 		return "", 0, 0, false
 	}
-	j := strings.LastIndex(id[:i], "-s")
+	j := max(strings.LastIndex(id[:i], "-s"), strings.LastIndex(id[:i], "-l"))
 	if j <= 0 {
 		return "", 0, 0, false
 	}
@@ -519,6 +563,39 @@ func ParseConfirmID(id string) (runID string, index, attempt int, ok bool) {
 		return "", 0, 0, false
 	}
 	return id[:j], index, attempt, true
+}
+
+// idempotent reports whether a tool may be called again with the same key.
+func (e *engine) idempotent(name string) bool {
+	spec, ok := e.invoker.Registry.Get(name)
+	return !ok || spec.IsIdempotent()
+}
+
+// askLostCall pauses the run and asks a person whether a call whose result
+// was lost may be made again: the tool does not honour idempotency keys,
+// so it may already have done its work.
+func (e *engine) askLostCall(r *RunState, i, attempt int, em *emitter) {
+	st, ss := r.Skill.Steps[i], r.Steps[i]
+	cid := LostCallConfirmID(r.ID, i, attempt)
+	idx := i
+	msg := fmt.Sprintf("heed restarted while %s (step %s, attempt %d) ran, and its result was lost. %s does not honour idempotency keys: it may already have done its work. Call it again?", st.Tool, st.Name, attempt, st.Tool)
+	args, _ := truncateMap(ss.Args, 4*1024)
+	req := events.ConfirmRequestedData{
+		Title: "A call's result was lost", Message: msg, Default: "fail",
+		Options: []events.Option{
+			{Label: "Call it again", Value: ChoiceRunAgain, Description: "it may do its work twice"},
+			{Label: "Fail the step", Value: "fail", Description: "the step's on_error applies"},
+		},
+		Requester: Source, Agent: r.Agent, RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
+		Context: map[string]any{"tool": st.Tool, "args": args, "idempotency_key": tool.IdempotencyKey(r.ID, i, attempt)},
+	}
+	ev, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested", Source, req)
+	if err != nil {
+		e.log.Error("build confirmation", "run", r.ID, "err", err)
+		return
+	}
+	em.other(ev)
+	em.emit(events.RunPaused, stepSuffix(i, attempt, "paused-lost"), events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: cid, Message: firstLine(msg, 500)})
 }
 
 func (e *engine) askConfirm(r *RunState, i, attempt int, em *emitter) {

@@ -263,6 +263,11 @@ func (r *RunState) Apply(ev *events.Event, seq uint64, skills *skill.Cache) erro
 				s.Heal.Declined = true
 			}
 		}
+		// The answer a run resumed on is kept with its step: the answer
+		// itself is in the confirmation's log, not the run's.
+		if s := r.step(d.Index); s != nil && d.ConfirmID != "" && s.ConfirmID == d.ConfirmID && s.Answer == nil {
+			s.Answer = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}
+		}
 		r.Paused = nil
 		if r.Status == StatusPaused || r.Status == StatusFailed {
 			r.Status, r.Failure = StatusRunning, nil
