@@ -25,7 +25,12 @@ type commands struct {
 	// lagWait bounds how long a command waits for the log to show what
 	// its caller has already seen (see awaitRun).
 	lagWait time.Duration
+	// largeSlot lets one large skill compile at a time.
+	largeSlot chan struct{}
 }
+
+// largeSkill is the size above which a skill's start takes its turn.
+const largeSkill = 32 << 10
 
 // commandTimeout bounds one command's work.
 const commandTimeout = 15 * time.Second
@@ -71,7 +76,21 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 	if strings.TrimSpace(req.Skill.Source) == "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill.source is empty")
 	}
-	sk, err := skill.Load(req.Skill.File, []byte(req.Skill.Source))
+	// A large skill takes a while to compile (every expression): those
+	// take turns, one at a time, so that they never keep the CPU from the
+	// small requests that make up nearly all of them.
+	if len(req.Skill.Source) > largeSkill {
+		select {
+		case c.largeSlot <- struct{}{}:
+			defer func() { <-c.largeSlot }()
+		case <-ctx.Done():
+			return nil, events.Errorf(events.CodeBusy, "too many large skills are being started; try again")
+		}
+	}
+	// Compiled once per process: the runner's own cache, which the run
+	// itself will use.
+	sum := sha256.Sum256([]byte(req.Skill.Source))
+	sk, err := c.e.skills.Load(req.Skill.File, req.Skill.Source, "sha256:"+hex.EncodeToString(sum[:]))
 	if err != nil {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill does not load:\n%v", err)
 	}

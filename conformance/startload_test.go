@@ -1,0 +1,66 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestStartStaysAnswered: while 10 slow start requests are in flight
+// (skills of about 190 KiB, every step an expression to compile, refused
+// at the end for a tool the runner does not have, so that they cost the
+// request and nothing after it), small start requests are still answered
+// quickly: p99 within 50 ms.
+func TestStartStaysAnswered(t *testing.T) {
+	h := startHeed(t)
+	big := func(n int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "name: big%d\nsteps:\n", n)
+		expr := strings.TrimSuffix(strings.Repeat("1 + ", 400), " + ")
+		for i := range 120 {
+			fmt.Fprintf(&b, "  - name: s%d\n    compute: '%s'\n", i, expr)
+		}
+		b.WriteString("  - name: last\n    tool: no_such_tool\n")
+		return b.String()
+	}
+	small := "name: small\nsteps:\n  - name: a\n    compute: '1 + 1'\n"
+	// Warm up (the first request of a kind pays for what is cached after).
+	for range 3 {
+		startRun(t, h.nc, small, nil, "")
+	}
+	var slow sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range 10 {
+		slow.Add(1)
+		go func() {
+			defer slow.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = request(h.nc, "heed.cmd.run.start", map[string]any{"skill": map[string]any{"source": big(i*1000 + j)}, "requested_by": "load"}, nil)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the slow ones are in flight
+	var lat []time.Duration
+	for range 40 {
+		start := time.Now()
+		startRun(t, h.nc, small, nil, "")
+		lat = append(lat, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	slow.Wait()
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("small starts while 10 large ones are in flight: p50 %s, p99 %s, max %s", p50, p99, lat[len(lat)-1])
+	if p99 > 50*time.Millisecond {
+		t.Errorf("p99 %s, want within 50 ms", p99)
+	}
+}
