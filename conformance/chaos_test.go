@@ -276,7 +276,7 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 	// And heed once more, while runs are mid-step.
 	time.Sleep(500 * time.Millisecond)
 	h.kill()
-	h = startHeedOn(t, url, tools)
+	startHeedOn(t, url, tools) // stopped at cleanup
 
 	// Every run ends, as completed.
 	js, err := jetstream.New(nc)
@@ -396,7 +396,6 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 	if rep.toolEnds < 2*rep.completed {
 		t.Errorf("%d tool calls finished for %d completed runs of two tool steps", rep.toolEnds, rep.completed)
 	}
-	_ = srv
 	return rep
 }
 
