@@ -577,7 +577,7 @@ func TestHostileInputsRefusedCheaply(t *testing.T) {
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("Decode: %v; want %v saying %q", err, tc.want, tc.says)
 			}
-			if alloc := after.TotalAlloc - before.TotalAlloc; took > 100*time.Millisecond || alloc > 1<<20 {
+			if alloc := after.TotalAlloc - before.TotalAlloc; took > 100*time.Millisecond*raceSlowdown || alloc > 1<<20 {
 				t.Errorf("refusing it took %s and %d KiB", took, alloc>>10)
 			}
 		})

@@ -1,0 +1,5 @@
+//go:build !race
+
+package events_test
+
+const raceSlowdown = 1

@@ -1,0 +1,5 @@
+//go:build !race
+
+package skill_test
+
+const raceSlowdown = 1
