@@ -62,12 +62,13 @@ func (e *engine) sweepLoop(ctx context.Context, every, quiet time.Duration) {
 // sweep reconciles the quiet runs once and returns how many it moved on.
 // With fromIndex it also reads the index for runs not yet seen.
 func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool) (int, error) {
+	// The cached runs are the ones not over (an ended run moves to the
+	// finished ones); their states belong to the workers, so only the ids
+	// are taken here and each run is read again from the log.
 	ids := map[string]bool{}
 	e.mu.Lock()
-	for id, r := range e.runs {
-		if !r.Terminal() {
-			ids[id] = true
-		}
+	for id := range e.runs {
+		ids[id] = true
 	}
 	e.mu.Unlock()
 	if fromIndex {
