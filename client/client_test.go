@@ -9,9 +9,9 @@ import (
 	"github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/eventstest"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )

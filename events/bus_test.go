@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 )
 
 func TestPublishDuplicateIDStoredOnce(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

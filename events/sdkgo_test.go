@@ -12,7 +12,7 @@ import (
 	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
 )
 

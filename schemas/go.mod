@@ -3,6 +3,8 @@ module github.com/heedhq/heed/schemas
 go 1.26.8
 
 // Local modules: the repository builds on its own, with or without go.work.
+
+// Local modules: the repository builds on its own, with or without go.work.
 replace (
 	github.com/heedhq/heed/client => ../client
 	github.com/heedhq/heed/events => ../events

@@ -52,6 +52,8 @@ require (
 )
 
 // Local modules: the repository builds on its own, with or without go.work.
+
+// Local modules: the repository builds on its own, with or without go.work.
 replace (
 	github.com/heedhq/heed/client => ../client
 	github.com/heedhq/heed/events => ../events

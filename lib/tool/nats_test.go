@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go"
 )

@@ -23,10 +23,10 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/eventstest"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"

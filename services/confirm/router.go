@@ -10,8 +10,8 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"

@@ -18,7 +18,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
 )

@@ -5,7 +5,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 )
 
 // Buckets the indexer owns.

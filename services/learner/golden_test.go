@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/nats-io/nats.go/jetstream"

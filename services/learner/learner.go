@@ -9,7 +9,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 )
 
 // Projections are every projection the learner keeps.

@@ -30,9 +30,12 @@ require github.com/heedhq/heed/services/confirm v0.0.0
 
 require (
 	github.com/heedhq/heed/lib v0.0.0
+	github.com/heedhq/heed/services/indexer v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/oklog/ulid/v2 v2.1.2
 )
+
+// Local modules: the repository builds on its own, with or without go.work.
 
 // Local modules: the repository builds on its own, with or without go.work.
 replace (

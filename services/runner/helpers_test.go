@@ -17,8 +17,8 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/eventstest"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/nats-io/nats.go"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/eventstest"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/services/runner"
 )
 

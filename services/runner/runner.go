@@ -12,7 +12,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/micro"
 )

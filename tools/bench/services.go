@@ -15,9 +15,9 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/embedded"
 	"github.com/heedhq/heed/events/readmodel"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/embedded"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/learner"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/embedded"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/embedded"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/indexer"

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/eventstest"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )

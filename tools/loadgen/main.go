@@ -15,8 +15,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/heedhq/heed/events/embedded"
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/embedded"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/tools/internal/sim"
 )
 

@@ -5,7 +5,7 @@ package main
 import (
 	"flag"
 
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/indexer"
 )
 

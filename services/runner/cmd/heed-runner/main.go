@@ -7,7 +7,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/heedhq/heed/events/service"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/runner"
 )
 

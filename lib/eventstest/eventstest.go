@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/embedded"
+	"github.com/heedhq/heed/lib/embedded"
 	"github.com/nats-io/nats.go"
 )
 
