@@ -50,7 +50,7 @@ staticcheck:
 ## fuzz: a short run of every fuzz target (seed corpus in testdata/fuzz)
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./events
-	$(GO) test -run='^$$' -fuzz='^FuzzFastStage$$' -fuzztime=$(FUZZTIME) ./events
+	$(GO) test -run='^$$' -fuzz='^FuzzFastStage$$' -fuzztime=$(FUZZTIME) ./events/internal/schemacheck
 	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./lib/skill
 
 ## chaos: kill -9 of heed and of its NATS server during runs, 5 trials of 300

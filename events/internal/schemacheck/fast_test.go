@@ -1,15 +1,17 @@
-package events
+package schemacheck
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/heedhq/heed/schemas"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
@@ -42,34 +44,75 @@ func fullPath(s *jsonschema.Schema, data []byte) (err error, panicked bool) {
 			panicked = true
 		}
 	}()
-	return validateFull("test.type", s, data), false
+	if p := Full(s, "data", data); p != nil {
+		return p, false
+	}
+	return nil, false
 }
 
-func TestFastStageCompilesCatalog(t *testing.T) {
-	v, err := NewValidator()
+// testCatalog is heed's event schemas, compiled as the events package
+// compiles them.
+type testCatalog struct {
+	names  []string
+	byType map[string]*jsonschema.Schema
+	fast   map[string]*fastNode
+}
+
+func loadCatalog(t testing.TB) *testCatalog {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	fsys := schemas.FS()
+	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return err
+		}
+		return c.AddResource(schemas.BaseURL+path, bytes.NewReader(b))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, info := range Catalog() {
-		if _, err := newFastCompiler().compile(v.byType[info.Type]); err != nil {
+	v := &testCatalog{byType: map[string]*jsonschema.Schema{}, fast: map[string]*fastNode{}}
+	for _, name := range schemas.EventTypes() {
+		s, err := c.Compile(schemas.BaseURL + schemas.EventSchemaPath(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.names = append(v.names, name)
+		v.byType[name] = s
+		if n, err := newFastCompiler().compile(s); err == nil {
+			v.fast[name] = n
+		}
+	}
+	return v
+}
+
+const runStepCompleted = "heed.run.step.completed"
+
+func TestFastStageCompilesCatalog(t *testing.T) {
+	v := loadCatalog(t)
+	for _, name := range v.names {
+		if _, err := newFastCompiler().compile(v.byType[name]); err != nil {
 			// Not an error: such a type is validated by the full path only.
-			t.Logf("%s: full path only (%v)", info.Type, err)
+			t.Logf("%s: full path only (%v)", name, err)
 		}
 	}
 }
 
 func TestFastStageOnCatalog(t *testing.T) {
-	v, err := NewValidator()
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := loadCatalog(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, info := range Catalog() {
-		n := v.fast[info.Type]
+	for _, name := range v.names {
+		n := v.fast[name]
 		if n == nil {
 			continue
 		}
-		s := v.byType[info.Type]
+		s := v.byType[name]
 		var fastOK, fullOK int
 		var declined []string
 		for i := range 600 {
@@ -83,7 +126,7 @@ func TestFastStageOnCatalog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fast, full := checkSound(t, string(info.Type), n, s, data)
+			fast, full := checkSound(t, name, n, s, data)
 			if fast {
 				fastOK++
 			} else if full && ordinaryNumbers(data) {
@@ -92,24 +135,21 @@ func TestFastStageOnCatalog(t *testing.T) {
 			if full {
 				fullOK++
 				for range 3 {
-					checkSound(t, string(info.Type)+" mutated", n, s, mutate(rng, data))
+					checkSound(t, name+" mutated", n, s, mutate(rng, data))
 				}
 			}
 		}
-		t.Logf("%s: full path accepts %d, fast stage %d", info.Type, fullOK, fastOK)
+		t.Logf("%s: full path accepts %d, fast stage %d", name, fullOK, fastOK)
 		if len(declined) > 0 {
 			// Not wrong, but every such event pays for the full path.
-			t.Errorf("%s: the fast stage declined valid documents with ordinary numbers, e.g. %s", info.Type, declined[0])
+			t.Errorf("%s: the fast stage declined valid documents with ordinary numbers, e.g. %s", name, declined[0])
 		}
 	}
 }
 
 func TestFastStageAcceptsTypicalEvent(t *testing.T) {
-	v, err := NewValidator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := v.fast[RunStepCompleted]
+	v := loadCatalog(t)
+	n := v.fast[runStepCompleted]
 	if n == nil {
 		t.Skip("heed.run.step.completed uses a keyword the fast stage does not handle")
 	}
@@ -119,7 +159,7 @@ func TestFastStageAcceptsTypicalEvent(t *testing.T) {
 		`{"step":"x","index":3.0,"attempt":1e0,"output":"line\nline \u00e9 \ud83d\ude00"}`,
 		`{"step":"x","index":3,"attempt":1,"step":"y"}`,
 	} {
-		fast, full := checkSound(t, "typical", n, v.byType[RunStepCompleted], []byte(doc))
+		fast, full := checkSound(t, "typical", n, v.byType[runStepCompleted], []byte(doc))
 		if !full {
 			t.Errorf("%s: not valid", doc)
 		}
@@ -137,7 +177,7 @@ func TestFastStageAcceptsTypicalEvent(t *testing.T) {
 		"{\"step\":\"de\tploy\",\"index\":3,\"attempt\":1}", `{"step":"deploy","index":3,"attempt":1,"output":"\x"}`,
 		`{"step":"deploy","index":3,"attempt":1,"output_truncated":"no"}`, `[{"step":"deploy","index":3,"attempt":1}]`,
 	} {
-		fast, _ := checkSound(t, "invalid", n, v.byType[RunStepCompleted], []byte(doc))
+		fast, _ := checkSound(t, "invalid", n, v.byType[runStepCompleted], []byte(doc))
 		if fast {
 			t.Errorf("%q accepted", doc)
 		}
@@ -253,10 +293,7 @@ func TestFastStageDeclines(t *testing.T) {
 }
 
 func FuzzFastStage(f *testing.F) {
-	v, err := NewValidator()
-	if err != nil {
-		f.Fatal(err)
-	}
+	v := loadCatalog(f)
 	synth := compileSynthetic(f)
 	f.Add([]byte(`{"step":"deploy","index":3,"attempt":1,"output":"ok","duration_ms":12.5}`))
 	f.Add([]byte(`{"a":"x","c":3,"b":1e2}`))
@@ -267,7 +304,7 @@ func FuzzFastStage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for typ, n := range v.fast {
 			if n != nil {
-				checkSound(t, string(typ), n, v.byType[typ], data)
+				checkSound(t, typ, n, v.byType[typ], data)
 			}
 		}
 		for name, s := range synth {
@@ -276,31 +313,6 @@ func FuzzFastStage(f *testing.F) {
 				t.Fatal(err)
 			}
 			checkSound(t, name, n, s, data)
-		}
-	})
-}
-
-func BenchmarkValidate(b *testing.B) {
-	v, err := NewValidator()
-	if err != nil {
-		b.Fatal(err)
-	}
-	data := []byte(`{"step":"deploy","index":3,"attempt":1,"output":"deployed web-7f9c to production: 3/3 replicas healthy, rollout complete. deployed web-7f9c to production: 3/3 replicas healthy, rollout complete. deployed web-7f9c to production: 3/3 replicas hea","duration_ms":12.5}`)
-	b.Run("fast", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := v.Validate(RunStepCompleted, data); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("full", func(b *testing.B) {
-		b.ReportAllocs()
-		s := v.byType[RunStepCompleted]
-		for b.Loop() {
-			if err := validateFull(RunStepCompleted, s, data); err != nil {
-				b.Fatal(err)
-			}
 		}
 	})
 }
