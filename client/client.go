@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/skill"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,6 +32,7 @@ type Client struct {
 	bus     *events.Bus
 	source  string
 	timeout time.Duration
+	skills  *skill.Cache // skills of the runs read, compiled once
 }
 
 // Option configures a Client.
@@ -111,7 +113,7 @@ func newClient(nc *nats.Conn, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, bus: bus, source: o.source, timeout: o.timeout}, nil
+	return &Client{skills: skill.NewCache(), nc: nc, bus: bus, source: o.source, timeout: o.timeout}, nil
 }
 
 // Close drains the connection if the client dialled it.

@@ -9,6 +9,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -187,4 +188,20 @@ func sortedValues[T any](m map[string]T, less func(a, b T) bool) []T {
 	}
 	sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
 	return out
+}
+
+// Run folds a run's history from the log into its state, as every service
+// sees it (lib/runstate).
+func (c *Client) Run(ctx context.Context, id string) (*runstate.Run, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", id)
+	}
+	r, err := runstate.Load(ctx, c.bus, id, c.skills)
+	if err != nil {
+		return nil, err
+	}
+	if r.LastSeq == 0 {
+		return nil, events.Errorf(events.CodeNotFound, "no run %q in the log", id)
+	}
+	return r, nil
 }

@@ -9,9 +9,11 @@ require (
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
+	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/heedhq/heed/schemas v0.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kr/text v0.2.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/nats.go v1.55.0 // indirect
@@ -21,6 +23,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 // Local modules: the repository builds on its own, with or without go.work.

@@ -12,6 +12,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 )
 
 // Projection is the index projection.
@@ -139,35 +140,21 @@ func gateOf(e *readmodel.IndexEntry, applying string) *confirmation.Gate {
 	return g
 }
 
-// status is the state machine of the index's status field. Terminal states
-// stay put: a late event does not revive a finished aggregate.
+// status is the state machine of the index's status field: a run's is the
+// one every reader of a run shares (runstate.NextStatus); learned state is
+// active until forgotten (and active again when set again). It returns ""
+// when the status does not change.
 func status(t events.Type, cur string) string {
-	switch cur {
-	case "completed", "cancelled":
+	if t.Kind() == "run" {
+		if next := runstate.NextStatus(cur, t); next != cur {
+			return next
+		}
 		return ""
-	case "failed":
-		// A failed run can be reopened by a retry.
-		if t != events.RunResumed && t != events.RunStepStarted {
-			return ""
-		}
-	case "forgotten":
-		if t != events.PrefSet && t != events.FixLearned {
-			return ""
-		}
+	}
+	if cur == "forgotten" && t != events.PrefSet && t != events.FixLearned {
+		return ""
 	}
 	switch t {
-	case events.RunRequested:
-		return "requested"
-	case events.RunStarted, events.RunResumed, events.RunStepStarted:
-		return "running"
-	case events.RunPaused:
-		return "paused"
-	case events.RunCompleted:
-		return "completed"
-	case events.RunFailed:
-		return "failed"
-	case events.RunCancelled:
-		return "cancelled"
 	case events.PrefSet, events.FixLearned:
 		return "active"
 	case events.PrefForgotten, events.FixForgotten:

@@ -12,6 +12,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/micro"
@@ -121,7 +122,7 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 	if _, err := c.e.bus.Publish(ctx, &ev); err != nil {
 		return nil, err
 	}
-	return command.RunReply{RunID: id, Status: StatusRequested}, nil
+	return command.RunReply{RunID: id, Status: runstate.StatusRequested}, nil
 }
 
 func missingTools(sk *skill.Skill, reg *tool.Registry) []string {
@@ -157,12 +158,12 @@ func newRunID(requestID string) string {
 
 // loadRun reads a run from the log for a command, from sequence after
 // (0: the whole history) onto r (nil: a new state).
-func (c *commands) loadRun(ctx context.Context, id string, r *RunState) (*RunState, error) {
+func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*runstate.Run, error) {
 	if !events.ValidID(id) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", id)
 	}
 	if r == nil {
-		r = newRun(id)
+		r = runstate.New(id)
 	}
 	_, err := events.ReadLog(ctx, c.e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, r.LastSeq, func(raw events.RawMsg) error {
 		// Count every message's position, valid or not: the stream's
@@ -189,7 +190,7 @@ func (c *commands) loadRun(ctx context.Context, id string, r *RunState) (*RunSta
 // subscriber on heed.run.<id>.paused gets the message as the stream
 // receives it): a command must judge the run as its caller saw it, not
 // refuse the caller for being quick.
-func (c *commands) awaitRun(ctx context.Context, id string, ready func(*RunState) bool) (*RunState, error) {
+func (c *commands) awaitRun(ctx context.Context, id string, ready func(*runstate.Run) bool) (*runstate.Run, error) {
 	r, err := c.loadRun(ctx, id, nil)
 	if err != nil {
 		return nil, err
@@ -210,7 +211,7 @@ func (c *commands) awaitRun(ctx context.Context, id string, ready func(*RunState
 
 // publishRunEvent appends to a run only if nothing else was appended since
 // the command read it: commands and the engine never act on stale state.
-func (c *commands) publishRunEvent(ctx context.Context, r *RunState, evs ...events.Event) error {
+func (c *commands) publishRunEvent(ctx context.Context, r *runstate.Run, evs ...events.Event) error {
 	for i := range evs {
 		opts := []events.PublishOption{}
 		if i == 0 {
@@ -241,13 +242,13 @@ func (c *commands) cancel(ctx context.Context, req *command.CancelRun) (any, err
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	return command.RunReply{RunID: r.ID, Status: StatusCancelled}, nil
+	return command.RunReply{RunID: r.ID, Status: runstate.StatusCancelled}, nil
 }
 
 // pause is what a run waits for from its agent, if anything: the paused
 // event, or a failure the healer handed to the agent a moment before the
 // runner recorded the pause (the agent may answer already).
-func pause(r *RunState) *events.RunPausedData {
+func pause(r *runstate.Run) *events.RunPausedData {
 	if r.Terminal() {
 		return nil
 	}
@@ -255,15 +256,15 @@ func pause(r *RunState) *events.RunPausedData {
 		return r.Paused
 	}
 	for i, ss := range r.Steps {
-		if ss.Status == StepFailed && ss.Heal.Attempt == ss.Attempt && ss.Heal.Escalated != nil && !ss.healDecided() {
-			return &events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: ss.Heal.Escalated.Step, Index: i}
+		if h := r.Current(i); ss.Status == runstate.StepFailed && h.Escalated != nil && !h.OnErrorApplies() {
+			return &events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: h.Escalated.Step, Index: i}
 		}
 	}
 	return nil
 }
 
 func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (any, error) {
-	r, err := c.awaitRun(ctx, req.RunID, func(r *RunState) bool { return pause(r) != nil })
+	r, err := c.awaitRun(ctx, req.RunID, func(r *runstate.Run) bool { return pause(r) != nil })
 	if err != nil {
 		return nil, err
 	}
@@ -281,12 +282,12 @@ func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (a
 		if err != nil {
 			return nil, err
 		}
-		return command.RunReply{RunID: r.ID, ConfirmID: paused.ConfirmID, Status: StatusRunning}, nil
+		return command.RunReply{RunID: r.ID, ConfirmID: paused.ConfirmID, Status: runstate.StatusRunning}, nil
 	}
 	// Awaiting the agent after a failure: continuing lets on_error apply
 	// (to retry with corrected args, use retry).
 	ev, err := events.NewEvent(events.RunResumed, r.ID, fmt.Sprintf("%s/resumed/%d", r.ID, r.LastSeq), Source, events.RunResumedData{
-		Step: paused.Step, Index: paused.Index, Choice: ChoiceOnError, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
+		Step: paused.Step, Index: paused.Index, Choice: runstate.ChoiceOnError, Method: events.MethodAgent, By: actor(req.By), Reason: req.Reason,
 	})
 	if err != nil {
 		return nil, err
@@ -294,16 +295,16 @@ func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (a
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	return command.RunReply{RunID: r.ID, Status: StatusRunning}, nil
+	return command.RunReply{RunID: r.ID, Status: runstate.StatusRunning}, nil
 }
 
 // failedStep is the index of the step a retry applies to, or -1.
-func failedStep(r *RunState, step string) int {
+func failedStep(r *runstate.Run, step string) int {
 	if r.Skill == nil {
 		return -1
 	}
 	for i, st := range r.Skill.Steps {
-		if r.Steps[i].Status == StepFailed && (step == "" || step == st.Name) {
+		if r.Steps[i].Status == runstate.StepFailed && (step == "" || step == st.Name) {
 			return i
 		}
 	}
@@ -311,14 +312,14 @@ func failedStep(r *RunState, step string) int {
 }
 
 func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, error) {
-	r, err := c.awaitRun(ctx, req.RunID, func(r *RunState) bool { return !r.Requested || failedStep(r, req.Step) >= 0 })
+	r, err := c.awaitRun(ctx, req.RunID, func(r *runstate.Run) bool { return !r.Requested || failedStep(r, req.Step) >= 0 })
 	if err != nil {
 		return nil, err
 	}
 	if !r.Requested || r.Skill == nil {
 		return nil, events.Errorf(events.CodeConflict, "run %s is not driven by the runner; its agent retries its own steps (a step.started with retry_of naming the failed attempt)", r.ID)
 	}
-	if r.Status == StatusCompleted || r.Status == StatusCancelled {
+	if r.Status == runstate.StatusCompleted || r.Status == runstate.StatusCancelled {
 		return nil, events.Errorf(events.CodeConflict, "run %s is %s", r.ID, r.Status)
 	}
 	idx := failedStep(r, req.Step)
@@ -341,7 +342,7 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 	}
 	next := ss.Attempt + 1
 	var evs []events.Event
-	if r.Status == StatusFailed || r.Status == StatusPaused {
+	if r.Status == runstate.StatusFailed || r.Status == runstate.StatusPaused {
 		res, err := events.NewEvent(events.RunResumed, r.ID, r.ID+"/"+stepSuffix(idx, next, "resumed"), Source, events.RunResumedData{
 			Step: st.Name, Index: idx, Method: events.MethodAgent, By: actor(req.By), Reason: retryReason(req.Reason),
 		})
@@ -350,7 +351,7 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 		}
 		evs = append(evs, res)
 	}
-	start, err := c.e.startEvent(r, idx, next, args, ss.FailedID)
+	start, err := startEvent(r, idx, next, args, ss.FailedID)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +359,7 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 	if err := c.publishRunEvent(ctx, r, evs...); err != nil {
 		return nil, err
 	}
-	return command.RunReply{RunID: r.ID, Status: StatusRunning}, nil
+	return command.RunReply{RunID: r.ID, Status: runstate.StatusRunning}, nil
 }
 
 func retryReason(r string) string {

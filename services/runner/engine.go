@@ -3,17 +3,13 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
-	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
 )
@@ -32,20 +28,17 @@ type engine struct {
 	log     *slog.Logger
 	ackWait time.Duration
 
-	// Healing: how long a failed tool step waits for the healer's first
-	// verdict, and for its outcome once it took the step up.
-	healWait, healTimeout time.Duration
-	fixes, patterns       *events.BucketCache // learned state, read from the learner's buckets
-	timers                map[string]*timer
+	decider *decider
+	timers  map[string]*timer
 
 	mu       sync.Mutex
-	runs     map[string]*RunState
+	runs     map[string]*runstate.Run
 	inflight map[string]*flight // key: run/index/attempt
 	// finished keeps the runs that ended last (ids oldest first in
 	// finishedIDs): the events published with the end are still to be
 	// delivered, and each would otherwise rebuild the run from the log
 	// only to find it over.
-	finished    map[string]*RunState
+	finished    map[string]*runstate.Run
 	finishedIDs []string
 }
 
@@ -54,17 +47,13 @@ const maxFinished = 1024
 
 type flight struct {
 	cancel context.CancelFunc
-	state  string // running | done (result published) | lost (result not published: relaunch)
-}
-
-func flightKey(run string, index, attempt int) string {
-	return run + "/" + strconv.Itoa(index) + "/" + strconv.Itoa(attempt)
+	state  CallState
 }
 
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
-		runs: map[string]*RunState{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*RunState{},
-		healWait: 3 * time.Second, healTimeout: 2 * time.Minute}
+		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
+		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
 // runIDOf is the partition key: the run an event belongs to. An answer
@@ -89,7 +78,7 @@ func runIDOf(ev *events.Event) string {
 
 // load returns the cached run, or rebuilds it from the log. A brand-new
 // run's first event needs no read: there is nothing before it.
-func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*RunState, error) {
+func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runstate.Run, error) {
 	e.mu.Lock()
 	r, ok := e.runs[id]
 	if !ok {
@@ -99,17 +88,10 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*RunS
 	if ok {
 		return r, nil
 	}
-	r = newRun(id)
+	r = runstate.New(id)
 	fresh := events.Type(d.Event.Type()) == events.RunRequested && d.Delivered == 1
 	if !fresh {
-		_, err := events.ReadLog(ctx, e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
-			ev, err := e.bus.Codec().DecodeStored(raw)
-			if err != nil {
-				return nil
-			}
-			return r.Apply(ev, raw.Seq, e.skills)
-		})
-		if err != nil {
+		if err := r.CatchUp(ctx, e.bus, e.skills); err != nil {
 			return nil, err
 		}
 	}
@@ -127,7 +109,7 @@ func (e *engine) forget(id string) {
 }
 
 // done moves an ended run to the finished runs.
-func (e *engine) done(r *RunState) {
+func (e *engine) done(r *runstate.Run) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.runs, r.ID)
@@ -189,9 +171,9 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 			e.mu.Unlock()
 		}
 	}
-	out, act := e.reconcile(r, d.Event)
-	if len(out) > 0 {
-		if err := e.bus.PublishAll(ctx, out); err != nil {
+	dec := e.decide(r, d.Event)
+	if len(dec.Events) > 0 {
+		if err := e.bus.PublishAll(ctx, dec.Events); err != nil {
 			e.forget(id) // our local view ran ahead of the log; rebuild next time
 			return nil, err
 		}
@@ -201,12 +183,26 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		return nil, nil
 	}
 	switch {
-	case act.launch != nil:
-		e.launch(ctx, d, r.ID, act.launch)
-	case act.wait != nil:
-		e.startTimer(ctx, d, act.wait)
+	case dec.Launch != nil:
+		e.launch(ctx, d, r.ID, dec.Launch)
+	case dec.Wait != nil:
+		e.startTimer(ctx, d, dec.Wait)
 	}
 	return nil, nil
+}
+
+// decide runs the decision with this process's facts: the wall clock and
+// the calls in flight here.
+func (e *engine) decide(r *runstate.Run, cause *events.Event) Decision {
+	return e.decider.decide(r, cause, Facts{Now: func() time.Time { return time.Now().UTC() }, Calls: func(index, attempt int) CallState {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		f := e.inflight[flightKey(r.ID, index, attempt)]
+		if f == nil {
+			return CallNone
+		}
+		return f.state // written under mu by the call's goroutine
+	}})
 }
 
 // takesEffect judges an answer the way every reader of the log does (the
@@ -238,425 +234,31 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	return true, nil
 }
 
-// action is what a reconcile asks for beyond publishing events.
-type action struct {
-	launch *launch
-	wait   *wait
-}
-
-// wait publishes an event after a delay unless something else happens
-// first (a heal verdict): the bounded wait for the healer.
-type wait struct {
-	key   string
-	after time.Duration
-	event events.Event
-}
-
-// launch is a tool call to make. For a retry, the step.started event of
-// the new attempt is published after the backoff, just before the call.
-type launch struct {
-	index, attempt int
-	step           *skill.Step
-	args           map[string]any
-	delay          time.Duration
-	start          *events.Event
-}
-
-// reconcile looks at the run and emits what must happen next, applying its
-// own events as it goes, until the run needs something from outside: a tool
-// result, an answer, a backoff. It is level-triggered: given the same state
-// it emits the same events with the same ids, so a redelivery after a crash
-// republishes duplicates that JetStream drops.
-func (e *engine) reconcile(r *RunState, cause *events.Event) ([]events.Event, action) {
-	em := &emitter{e: e, r: r, cause: cause.ID()}
-	emit := em.emit
-	out := func() []events.Event { return em.out }
-	for guard := 0; guard < 4*len(r.Steps)+8; guard++ {
-		if r.Terminal() {
-			return out(), action{}
-		}
-		if r.SkillErr != nil || r.Skill == nil {
-			msg := "skill did not load"
-			if r.SkillErr != nil {
-				msg = r.SkillErr.Error()
-			}
-			emit(events.RunFailed, "failed", events.RunFailedData{Error: events.ErrorInfo{Message: msg, Kind: "skill"}})
-			return out(), action{}
-		}
-		if r.Status == StatusRequested {
-			names := make([]string, len(r.Skill.Steps))
-			for i, s := range r.Skill.Steps {
-				names[i] = s.Name
-			}
-			emit(events.RunStarted, "started", events.RunStartedData{Skill: r.SkillName, Driver: "runner", Inputs: r.Inputs, Steps: names, Agent: r.Agent, Yes: r.Yes, KnownIssues: e.knownIssues(r.Skill)})
-			continue
-		}
-		i := r.current(e.healWait > 0)
-		if i == len(r.Steps) {
-			emit(events.RunCompleted, "completed", e.completion(r))
-			return out(), action{}
-		}
-		st, ss := r.Skill.Steps[i], &r.Steps[i]
-		switch ss.Status {
-		case StepPending:
-			if st.Condition != nil {
-				v, err := st.Condition.Eval(r.env())
-				if err != nil {
-					emit(events.RunStepFailed, stepSuffix(i, 1, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: 1, Error: events.ErrorInfo{Message: "condition: " + err.Error(), Kind: "expression"}})
-					continue
-				}
-				if b, ok := v.(bool); !ok || !b {
-					emit(events.RunStepSkipped, fmt.Sprintf("s%d/skipped", i), events.StepSkippedData{Step: st.Name, Index: i, Reason: "condition is false: " + st.Condition.Src})
-					continue
-				}
-			}
-			e.startStep(r, i, 1, nil, "", emit)
-		case StepStarted:
-			switch st.Kind {
-			case skill.KindTool:
-				k := flightKey(r.ID, i, ss.Attempt)
-				e.mu.Lock()
-				f := e.inflight[k]
-				running := f != nil && f.state != "lost" // state is written under mu by the call's goroutine
-				e.mu.Unlock()
-				if running {
-					return out(), action{} // running (or its result is on the way)
-				}
-				// A call started before (not by this reconcile) and not
-				// running here: its result is unknown (a crash, a restart).
-				// A tool that does not honour idempotency keys is not called
-				// again before a person says so.
-				if !em.emitted(stepSuffix(i, ss.Attempt, "started")) && !e.idempotent(st.Tool) {
-					switch {
-					case ss.ConfirmID != LostCallConfirmID(r.ID, i, ss.Attempt) || ss.Answer == nil:
-						if r.Status != StatusPaused {
-							e.askLostCall(r, i, ss.Attempt, em)
-						}
-						return out(), action{}
-					case ss.Answer.Choice != ChoiceRunAgain:
-						a := ss.Answer
-						emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed-lost"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
-						emit(events.RunStepFailed, stepSuffix(i, ss.Attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: ss.Attempt, Tool: st.Tool, Args: ss.Args,
-							Error: events.ErrorInfo{Kind: "lost", Message: fmt.Sprintf("the result of this call was lost when heed restarted, and %s chose not to call %s again (it does not honour idempotency keys)", a.By, st.Tool)}})
-						continue
-					case r.Status == StatusPaused:
-						a := ss.Answer
-						emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed-lost"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
-					}
-				}
-				return out(), action{launch: &launch{index: i, attempt: ss.Attempt, step: st, args: ss.Args}}
-			case skill.KindCompute:
-				e.compute(r, i, ss.Attempt, emit)
-			case skill.KindConfirm:
-				if ss.Answer == nil {
-					if r.Status != StatusPaused {
-						e.askConfirm(r, i, ss.Attempt, em)
-					}
-					return out(), action{}
-				}
-				a := ss.Answer
-				if a.Choice == "cancel" {
-					idx := i
-					emit(events.RunCancelled, "cancelled", events.RunCancelledData{By: a.By, Reason: fmt.Sprintf("%q chosen at confirmation %s (%s)", a.Choice, ss.ConfirmID, a.Method), Step: st.Name, Index: &idx})
-					return out(), action{}
-				}
-				emit(events.RunStepCompleted, stepSuffix(i, ss.Attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: ss.Attempt, Output: a.Choice})
-				emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
-			}
-		case StepFailed:
-			// on_error: continue is done() and never lands here, unless
-			// healing is still deciding.
-			if st.Kind == skill.KindTool && !ss.healDecided() && e.healWait > 0 {
-				h := ss.Heal
-				if h.Attempt != ss.Attempt {
-					h = HealState{}
-				}
-				switch {
-				case h.Retry != nil:
-					// The heal's retry: caused by heal.retried, whatever
-					// event this reconcile started from.
-					em.cause = h.RetryID
-					e.startStep(r, i, h.Retry.NextAttempt, h.Retry.Args, ss.FailedID, emit)
-					em.cause = cause.ID()
-					continue
-				case h.Escalated != nil:
-					if r.Status != StatusPaused {
-						emit(events.RunPaused, stepSuffix(i, ss.Attempt, "paused-agent"), events.RunPausedData{Reason: events.PauseAwaitingAgent, Step: st.Name, Index: i, Message: firstLine(h.Escalated.Question, 500)})
-					}
-					return out(), action{}
-				case h.Triggered:
-					if left := e.healTimeout - time.Since(h.TriggeredAt); left > 0 {
-						return out(), action{wait: e.giveUp(r, i, ss.Attempt, left, fmt.Sprintf("the healer did not finish within %s", e.healTimeout))}
-					}
-					emit(events.HealGaveUp, stepSuffix(i, ss.Attempt, "heal/gave_up"), events.HealGaveUpData{Step: st.Name, Index: i, Attempt: ss.Attempt, Reason: fmt.Sprintf("the healer did not finish within %s", e.healTimeout)})
-					continue
-				default:
-					if left := e.healWait - time.Since(ss.FailedAt); left > 0 {
-						return out(), action{wait: e.giveUp(r, i, ss.Attempt, left, fmt.Sprintf("no verdict from the healer within %s", e.healWait))}
-					}
-					emit(events.HealGaveUp, stepSuffix(i, ss.Attempt, "heal/gave_up"), events.HealGaveUpData{Step: st.Name, Index: i, Attempt: ss.Attempt, Reason: fmt.Sprintf("no verdict from the healer within %s", e.healWait)})
-					continue
-				}
-			}
-			if st.OnError == skill.OnErrorRetry && ss.Attempt < st.Retry.Attempts && st.Kind == skill.KindTool {
-				next := ss.Attempt + 1
-				e.mu.Lock()
-				_, busy := e.inflight[flightKey(r.ID, i, next)]
-				e.mu.Unlock()
-				if busy {
-					return out(), action{} // the retry is waiting out its backoff
-				}
-				ev, err := e.startEvent(r, i, next, ss.Args, ss.FailedID)
-				if err != nil {
-					return out(), action{}
-				}
-				return out(), action{launch: &launch{index: i, attempt: next, step: st, args: ss.Args, delay: st.Retry.Delay(ss.Attempt), start: ev}}
-			}
-			// One id per failed attempt: a retry that fails again fails the
-			// run again. A failure already in the log means the run was
-			// resumed for a retry whose new attempt is on its way.
-			idx, suffix := i, stepSuffix(i, ss.Attempt, "run-failed")
-			if !r.applied[r.ID+"/"+suffix] {
-				emit(events.RunFailed, suffix, events.RunFailedData{Step: st.Name, Index: &idx, Error: *ss.Error, DurationMS: msSince(r.RequestedAt)})
-			}
-			return out(), action{}
-		}
-	}
-	return out(), action{}
-}
-
-// emitter builds the runner's events with ids derived from the run and
-// applies each to the run as it goes.
-type emitter struct {
-	e     *engine
-	r     *RunState
-	cause string
-	out   []events.Event
-}
-
-func (m *emitter) emit(t events.Type, suffix string, data any) {
-	ev, err := events.NewEvent(t, m.r.ID, m.r.ID+"/"+suffix, Source, data)
-	if err != nil {
-		m.e.log.Error("build event", "type", t, "err", err)
-		return
-	}
-	ev.SetExtension("causationid", m.cause)
-	_ = m.r.Apply(&ev, 0, m.e.skills)
-	m.out = append(m.out, ev)
-}
-
-// emitted reports whether this reconcile emitted the event with suffix.
-func (m *emitter) emitted(suffix string) bool {
-	id := m.r.ID + "/" + suffix
-	for i := range m.out {
-		if m.out[i].ID() == id {
-			return true
-		}
-	}
-	return false
-}
-
-// other adds an event of another aggregate (a confirmation) without
-// applying it to the run.
-func (m *emitter) other(ev events.Event) {
-	ev.SetExtension("causationid", m.cause)
-	m.out = append(m.out, ev)
-}
-
-// current is the index of the first step the run has not moved past.
-func (r *RunState) current(healing bool) int {
-	for i, st := range r.Skill.Steps {
-		if !r.Steps[i].done(st, healing) {
-			return i
-		}
-	}
-	return len(r.Steps)
-}
-
-func stepSuffix(i, attempt int, what string) string {
-	return fmt.Sprintf("s%d/a%d/%s", i, attempt, what)
-}
-
-// startStep emits step.started for attempt, plus what a compute or confirm
-// step does at once.
-func (e *engine) startStep(r *RunState, i, attempt int, args map[string]any, retryOf string, emit func(events.Type, string, any)) {
-	st := r.Skill.Steps[i]
-	data := events.StepStartedData{Step: st.Name, Index: i, Attempt: attempt, Kind: string(st.Kind), RetryOf: retryOf}
-	if st.Kind == skill.KindTool {
-		data.Tool = st.Tool
-		data.IdempotencyKey = tool.IdempotencyKey(r.ID, i, attempt)
-		if args == nil && st.Args != nil {
-			v, err := st.Args.Render(r.env())
-			if err != nil {
-				emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
-				emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool, Error: events.ErrorInfo{Message: "args: " + err.Error(), Kind: "template"}})
-				return
-			}
-			args, _ = v.(map[string]any)
-		}
-		if args == nil {
-			args = map[string]any{}
-		}
-		data.Args, data.ArgsTruncated = truncateMap(args, maxFieldBytes)
-		if data.ArgsTruncated {
-			e.log.Warn("tool args too large for the log; the event holds a preview", "run", r.ID, "step", st.Name)
-		}
-		for _, w := range e.warnings(st.Tool, args) {
-			emit(events.RunWarning, stepSuffix(i, attempt, "warning/"+w.PatternID), events.RunWarningData{Step: st.Name, Index: i, Tool: st.Tool, PatternID: w.PatternID, Message: w.Message, Confidence: w.Confidence})
-		}
-	}
-	emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
-}
-
-func (e *engine) startEvent(r *RunState, i, attempt int, args map[string]any, retryOf string) (*events.Event, error) {
-	st := r.Skill.Steps[i]
-	data := events.StepStartedData{Step: st.Name, Index: i, Attempt: attempt, Kind: string(st.Kind), Tool: st.Tool, Args: args,
-		IdempotencyKey: tool.IdempotencyKey(r.ID, i, attempt), RetryOf: retryOf}
-	ev, err := events.NewEvent(events.RunStepStarted, r.ID, r.ID+"/"+stepSuffix(i, attempt, "started"), Source, data)
-	return &ev, err
-}
-
-func (e *engine) compute(r *RunState, i, attempt int, emit func(events.Type, string, any)) {
-	st := r.Skill.Steps[i]
-	start := time.Now()
-	v, err := st.Compute.Eval(r.env())
-	if err != nil {
-		emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Error: events.ErrorInfo{Message: err.Error(), Kind: "expression"}})
-		return
-	}
-	out, trunc := truncateValue(jsonable(v), maxFieldBytes)
-	emit(events.RunStepCompleted, stepSuffix(i, attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: attempt, Output: out, OutputTruncated: trunc, DurationMS: msSince(start)})
-}
-
-// ConfirmID is the id of the confirmation a confirm step asks for.
-func ConfirmID(runID string, index, attempt int) string {
-	return fmt.Sprintf("%s-s%d-a%d", runID, index, attempt)
-}
-
-// LostCallConfirmID is the id of the confirmation that asks whether a
-// call of a tool that does not honour idempotency keys may be made again.
-func LostCallConfirmID(runID string, index, attempt int) string {
-	return fmt.Sprintf("%s-l%d-a%d", runID, index, attempt)
-}
-
-// ChoiceRunAgain is the lost-call confirmation's option to call the tool
-// again.
-const ChoiceRunAgain = "run_again"
-
-// ParseConfirmID splits a ConfirmID (or a LostCallConfirmID) into its run,
-// step index and attempt.
-func ParseConfirmID(id string) (runID string, index, attempt int, ok bool) {
-	i := strings.LastIndex(id, "-a")
-	if i < 0 {
-		return "", 0, 0, false
-	}
-	attempt, err := strconv.Atoi(id[i+2:])
-	if err != nil || attempt < 1 {
-		return "", 0, 0, false
-	}
-	j := max(strings.LastIndex(id[:i], "-s"), strings.LastIndex(id[:i], "-l"))
-	if j <= 0 {
-		return "", 0, 0, false
-	}
-	index, err = strconv.Atoi(id[j+2 : i])
-	if err != nil || index < 0 {
-		return "", 0, 0, false
-	}
-	return id[:j], index, attempt, true
-}
-
-// idempotent reports whether a tool may be called again with the same key.
-func (e *engine) idempotent(name string) bool {
-	spec, ok := e.invoker.Registry.Get(name)
-	return !ok || spec.IsIdempotent()
-}
-
-// askLostCall pauses the run and asks a person whether a call whose result
-// was lost may be made again: the tool does not honour idempotency keys,
-// so it may already have done its work.
-func (e *engine) askLostCall(r *RunState, i, attempt int, em *emitter) {
-	st, ss := r.Skill.Steps[i], r.Steps[i]
-	cid := LostCallConfirmID(r.ID, i, attempt)
-	idx := i
-	msg := fmt.Sprintf("heed restarted while %s (step %s, attempt %d) ran, and its result was lost. %s does not honour idempotency keys: it may already have done its work. Call it again?", st.Tool, st.Name, attempt, st.Tool)
-	args, _ := truncateMap(ss.Args, 4*1024)
-	req := events.ConfirmRequestedData{
-		Title: "A call's result was lost", Message: msg, Default: "fail",
-		Options: []events.Option{
-			{Label: "Call it again", Value: ChoiceRunAgain, Description: "it may do its work twice"},
-			{Label: "Fail the step", Value: "fail", Description: "the step's on_error applies"},
-		},
-		Requester: Source, Agent: r.Agent, RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
-		Context: map[string]any{"tool": st.Tool, "args": args, "idempotency_key": tool.IdempotencyKey(r.ID, i, attempt)},
-	}
-	ev, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested", Source, req)
-	if err != nil {
-		e.log.Error("build confirmation", "run", r.ID, "err", err)
-		return
-	}
-	em.other(ev)
-	em.emit(events.RunPaused, stepSuffix(i, attempt, "paused-lost"), events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: cid, Message: firstLine(msg, 500)})
-}
-
-func (e *engine) askConfirm(r *RunState, i, attempt int, em *emitter) {
-	st := r.Skill.Steps[i]
-	c := st.Confirm
-	env := r.env()
-	msg, err := c.Message.RenderString(env)
-	if err != nil {
-		em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Error: events.ErrorInfo{Message: "message: " + err.Error(), Kind: "template"}})
-		return
-	}
-	title := ""
-	if c.Title != nil {
-		title, _ = c.Title.RenderString(env)
-	}
-	opts := make([]events.Option, len(c.Options))
-	for k, o := range c.Options {
-		opts[k] = events.Option{Label: o.Label, Value: o.Value, Description: o.Description}
-	}
-	cid := ConfirmID(r.ID, i, attempt)
-	idx := i
-	req := events.ConfirmRequestedData{
-		Title: title, Message: msg, Options: opts, Default: c.Default, TimeoutS: c.Timeout.Seconds(),
-		AIAssist: c.AIAssist, LearnPreference: c.LearnPreference, Yes: r.Yes, Requester: Source, Agent: r.Agent,
-		RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
-		Context: confirmContext(r, i),
-	}
-	ev, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested", Source, req)
-	if err != nil {
-		e.log.Error("build confirmation", "run", r.ID, "err", err)
-		return
-	}
-	em.other(ev)
-	em.emit(events.RunPaused, stepSuffix(i, attempt, "paused"), events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: cid, Message: firstLine(msg, 500)})
-}
-
 // launch runs a tool call in its own goroutine. The delivery that caused it
 // stays unacknowledged until the result is in the log, so a crash at any
 // point redelivers it and the call is made again with the same
 // idempotency key.
-func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *launch) {
-	k := flightKey(runID, l.index, l.attempt)
+func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *Launch) {
+	k := flightKey(runID, l.Index, l.Attempt)
 	fctx, cancel := context.WithCancel(ctx)
-	f := &flight{cancel: cancel, state: "running"}
+	f := &flight{cancel: cancel, state: CallRunning}
 	e.mu.Lock()
 	e.inflight[k] = f
 	e.mu.Unlock()
 	finish := d.Hold()
-	call := tool.Call{Tool: l.step.Tool, Args: l.args, RunID: runID, Step: l.step.Name, Attempt: l.attempt, IdempotencyKey: tool.IdempotencyKey(runID, l.index, l.attempt)}
+	call := tool.Call{Tool: l.Step.Tool, Args: l.Args, RunID: runID, Step: l.Step.Name, Attempt: l.Attempt, IdempotencyKey: tool.IdempotencyKey(runID, l.Index, l.Attempt)}
 	go func() {
 		defer cancel()
 		heartbeat := time.NewTicker(max(e.ackWait/3, 100*time.Millisecond))
 		defer heartbeat.Stop()
-		settle := func(state string, err error) {
+		settle := func(state CallState, err error) {
 			e.mu.Lock()
 			f.state = state
 			e.mu.Unlock()
 			finish(nil, err)
 		}
-		if l.delay > 0 {
-			t := time.NewTimer(l.delay)
+		if l.Delay > 0 {
+			t := time.NewTimer(l.Delay)
 		wait:
 			for {
 				select {
@@ -666,14 +268,15 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 					_ = d.InProgress()
 				case <-fctx.Done():
 					t.Stop()
-					settle("lost", fctx.Err())
+					settle(CallLost, fctx.Err())
 					return
 				}
 			}
 		}
-		if l.start != nil {
-			if err := e.bus.PublishAll(ctx, []events.Event{*l.start}); err != nil {
-				settle("lost", err)
+		if l.Start != nil {
+			l.Start.SetTime(time.Now().UTC()) // it starts now, after the backoff
+			if err := e.bus.PublishAll(ctx, []events.Event{*l.Start}); err != nil {
+				settle(CallLost, err)
 				return
 			}
 		}
@@ -689,35 +292,17 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 				_ = d.InProgress()
 			}
 		}
-		ev := e.resultEvent(runID, l, res)
+		ev, err := resultEvent(runID, l, res, time.Now().UTC())
+		if err != nil {
+			e.log.Error("build result event", "run", runID, "err", err)
+		}
 		if err := e.bus.PublishAll(ctx, []events.Event{ev}); err != nil {
-			e.log.Warn("tool result not stored; the call will be made again", "run", runID, "step", l.step.Name, "err", err)
-			settle("lost", err)
+			e.log.Warn("tool result not stored; the call will be made again", "run", runID, "step", l.Step.Name, "err", err)
+			settle(CallLost, err)
 			return
 		}
-		settle("done", nil)
+		settle(CallDone, nil)
 	}()
-}
-
-func (e *engine) resultEvent(runID string, l *launch, res tool.Result) events.Event {
-	var ev events.Event
-	var err error
-	if res.Err == nil {
-		out, trunc := truncateValue(res.Output, maxFieldBytes)
-		ev, err = events.NewEvent(events.RunStepCompleted, runID, runID+"/"+stepSuffix(l.index, l.attempt, "completed"), Source,
-			events.StepCompletedData{Step: l.step.Name, Index: l.index, Attempt: l.attempt, Output: out, OutputTruncated: trunc, DurationMS: ms(res.Duration)})
-	} else {
-		msg, trunc := truncateString(res.Err.Message, maxFieldBytes)
-		args, argsTrunc := truncateMap(l.args, maxFieldBytes)
-		out, _ := truncateValue(res.Output, maxFieldBytes/4)
-		ev, err = events.NewEvent(events.RunStepFailed, runID, runID+"/"+stepSuffix(l.index, l.attempt, "failed"), Source,
-			events.StepFailedData{Step: l.step.Name, Index: l.index, Attempt: l.attempt, Tool: l.step.Tool, Args: args, ArgsTruncated: argsTrunc,
-				Error: events.ErrorInfo{Message: msg, Kind: res.Err.Kind, ExitCode: res.Err.ExitCode, Truncated: trunc}, Output: out, DurationMS: ms(res.Duration)})
-	}
-	if err != nil {
-		e.log.Error("build result event", "err", err)
-	}
-	return ev
 }
 
 // cancelFlights stops the tool calls of a cancelled run.
@@ -732,53 +317,6 @@ func (e *engine) cancelFlights(runID string) {
 	}
 }
 
-func (e *engine) completion(r *RunState) events.RunCompletedData {
-	d := events.RunCompletedData{DurationMS: msSince(r.RequestedAt)}
-	if r.Skill.Summary != nil {
-		s, err := r.Skill.Summary.RenderString(r.env())
-		if err != nil {
-			s = "(summary failed: " + err.Error() + ")"
-		}
-		d.Summary, _ = truncateString(s, maxFieldBytes)
-	}
-	outs, trunc := truncateMap(r.outputs(), 4*maxFieldBytes)
-	if len(outs) > 0 {
-		d.Outputs, d.OutputsTruncated = outs, trunc
-	}
-	return d
-}
-
-// confirmContext is what an agent or person needs to decide: the recent
-// steps and the values bound so far.
-func confirmContext(r *RunState, i int) map[string]any {
-	var recent []map[string]any
-	for k := max(0, i-5); k < i; k++ {
-		s := r.Steps[k]
-		entry := map[string]any{"step": r.Skill.Steps[k].Name, "status": s.Status}
-		if s.Error != nil {
-			entry["error"] = s.Error.Message
-		}
-		if s.Output != nil {
-			entry["output"], _ = truncateValue(s.Output, 1024)
-		}
-		recent = append(recent, entry)
-	}
-	vars, _ := truncateMap(r.outputs(), 8*1024)
-	inputs, _ := truncateMap(r.Inputs, 4*1024)
-	return map[string]any{"recent_steps": recent, "variables": vars, "inputs": inputs}
-}
-
-// giveUp builds the wait that ends healing for one attempt.
-func (e *engine) giveUp(r *RunState, i, attempt int, after time.Duration, reason string) *wait {
-	st := r.Skill.Steps[i]
-	ev, err := events.NewEvent(events.HealGaveUp, r.ID, r.ID+"/"+stepSuffix(i, attempt, "heal/gave_up"), Source,
-		events.HealGaveUpData{Step: st.Name, Index: i, Attempt: attempt, Reason: reason})
-	if err != nil {
-		e.log.Error("build event", "err", err)
-	}
-	return &wait{key: flightKey(r.ID, i, attempt), after: after, event: ev}
-}
-
 type timer struct {
 	t      *time.Timer
 	finish func([]events.Event, error)
@@ -788,21 +326,21 @@ type timer struct {
 // startTimer holds the delivery and publishes the wait's event when the
 // time is up, unless stopTimer comes first. After a crash the held
 // delivery comes back and the wait is recomputed from the log's times.
-func (e *engine) startTimer(ctx context.Context, d *events.Delivery, w *wait) {
+func (e *engine) startTimer(ctx context.Context, d *events.Delivery, w *Wait) {
 	e.mu.Lock()
-	if _, ok := e.timers[w.key]; ok {
+	if _, ok := e.timers[w.Key]; ok {
 		e.mu.Unlock()
 		return
 	}
 	tm := &timer{finish: d.Hold()}
-	e.timers[w.key] = tm
+	e.timers[w.Key] = tm
 	e.mu.Unlock()
-	tm.t = time.AfterFunc(w.after, func() {
+	tm.t = time.AfterFunc(w.After, func() {
 		e.mu.Lock()
-		delete(e.timers, w.key)
+		delete(e.timers, w.Key)
 		e.mu.Unlock()
-		w.event.SetTime(time.Now().UTC()) // it happens now, not when the wait was decided
-		tm.once.Do(func() { tm.finish([]events.Event{w.event}, nil) })
+		w.Event.SetTime(time.Now().UTC()) // it happens now, not when the wait was decided
+		tm.once.Do(func() { tm.finish([]events.Event{w.Event}, nil) })
 	})
 }
 
@@ -815,47 +353,4 @@ func (e *engine) stopTimer(key string) {
 		tm.t.Stop()
 		tm.once.Do(func() { tm.finish(nil, nil) })
 	}
-}
-
-// knownIssues are the learned fixes for the skill's tools, published with
-// the run so the agent and the person see what to watch for.
-func (e *engine) knownIssues(sk *skill.Skill) []events.KnownIssue {
-	if e.fixes == nil {
-		return nil
-	}
-	tools := map[string]bool{}
-	for _, st := range sk.Steps {
-		if st.Kind == skill.KindTool {
-			tools[st.Tool] = true
-		}
-	}
-	var out []events.KnownIssue
-	e.fixes.Each(func(_ string, v json.RawMessage) bool {
-		var f readmodel.Fix
-		if json.Unmarshal(v, &f) == nil && tools[f.Tool] && f.Usable() {
-			out = append(out, events.KnownIssue{Tool: f.Tool, Pattern: f.ErrorPattern, Description: f.Description, FixID: f.ID, Confidence: f.Confidence})
-		}
-		return len(out) < 20
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].FixID < out[j].FixID })
-	return out
-}
-
-// warnings are the active usage patterns a tool call matches.
-func (e *engine) warnings(toolName string, args map[string]any) []events.RunWarningData {
-	if e.patterns == nil {
-		return nil
-	}
-	var out []events.RunWarningData
-	now := time.Now()
-	e.patterns.Each(func(_ string, v json.RawMessage) bool {
-		var p readmodel.Pattern
-		if json.Unmarshal(v, &p) != nil || p.Tool != toolName || p.Kind != "usage" || !p.Active(now, 0) || !p.Matches(args) {
-			return true
-		}
-		out = append(out, events.RunWarningData{PatternID: p.ID, Message: p.Hint, Confidence: p.Confidence})
-		return len(out) < 3
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].PatternID < out[j].PatternID })
-	return out
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/runner"
@@ -227,7 +228,7 @@ func (h *harness) start(source string, inputs map[string]any, yes bool) string {
 	req.Skill.Source, req.Skill.File = source, "test.yaml"
 	req.Inputs, req.Yes, req.RequestedBy = inputs, yes, "user:test"
 	reply := h.command(command.RunStart, req)
-	if !events.ValidID(reply.RunID) || reply.Status != runner.StatusRequested {
+	if !events.ValidID(reply.RunID) || reply.Status != runstate.StatusRequested {
 		h.t.Fatalf("start reply %+v", reply)
 	}
 	return reply.RunID

@@ -86,22 +86,24 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
-	eng.healWait, eng.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
+	eng.decider.healWait, eng.decider.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
 	// Learned state the runner shows: known issues and pattern warnings.
 	for _, b := range readmodel.Specs(readmodel.FixesBucket, readmodel.PatternsBucket) {
 		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
 			return err
 		}
 	}
-	var err error
-	if eng.fixes, err = events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.FixesBucket); err != nil {
+	fixes, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.FixesBucket)
+	if err != nil {
 		return err
 	}
-	defer eng.fixes.Stop()
-	if eng.patterns, err = events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.PatternsBucket); err != nil {
+	defer fixes.Stop()
+	patterns, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.PatternsBucket)
+	if err != nil {
 		return err
 	}
-	defer eng.patterns.Stop()
+	defer patterns.Stop()
+	eng.decider.learned = bucketLearned{fixes: fixes, patterns: patterns}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:          ConsumerName,
 		Description:   "skill runner: drives runs from their events",

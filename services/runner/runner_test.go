@@ -15,6 +15,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/runner"
@@ -188,7 +189,7 @@ func TestReleaseProd(t *testing.T) {
 		id := h.start(src, map[string]any{"commit_sha": sha40}, false)
 		h.waitRun(id, 30*time.Second, "run.paused", hasType(events.RunPaused))
 		reply := h.command(command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed", Reason: "image verified", By: "agent:claude"})
-		if reply.ConfirmID != runner.ConfirmID(id, 2, 1) || reply.Status != runner.StatusRunning {
+		if reply.ConfirmID != runner.ConfirmID(id, 2, 1) || reply.Status != runstate.StatusRunning {
 			t.Errorf("continue reply %+v", reply)
 		}
 		evs := h.waitEnd(id, events.RunCompleted)
@@ -217,7 +218,7 @@ func TestReleaseProd(t *testing.T) {
 		}
 
 		reply := h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": sha40}, Reason: "use the full sha", By: "agent:fixer"})
-		if reply.RunID != id || reply.Status != runner.StatusRunning {
+		if reply.RunID != id || reply.Status != runstate.StatusRunning {
 			t.Errorf("retry reply %+v", reply)
 		}
 		evs = h.waitEnd(id, events.RunCompleted)
@@ -467,7 +468,7 @@ func TestStepFlow(t *testing.T) {
 		}
 		cancelled := time.Now()
 		reply := h.command(command.RunCancel, command.CancelRun{RunID: id, Reason: "wrong target", By: "user:bob"})
-		if reply.Status != runner.StatusCancelled {
+		if reply.Status != runstate.StatusCancelled {
 			t.Errorf("cancel reply %+v", reply)
 		}
 		evs := h.waitRun(id, 10*time.Second, "step.failed", hasType(events.RunStepFailed))
@@ -590,7 +591,7 @@ func TestAgentDrivenRun(t *testing.T) {
 	}
 	// A cancel from the command API still works on it: the log is shared.
 	reply := h.command(command.RunCancel, command.CancelRun{RunID: id, By: "user:alice"})
-	if reply.Status != runner.StatusCancelled {
+	if reply.Status != runstate.StatusCancelled {
 		t.Errorf("cancel reply %+v", reply)
 	}
 	h.waitRun(id, 5*time.Second, "run.cancelled", hasType(events.RunCancelled))

@@ -9,6 +9,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -127,15 +128,8 @@ func (e *engine) activeFromIndex(ctx context.Context, ids map[string]bool) error
 
 // sweepRun reconciles one run if it has been quiet long enough.
 func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (bool, error) {
-	r := newRun(id)
-	if _, err := events.ReadLog(ctx, e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
-		r.LastSeq = max(r.LastSeq, raw.Seq)
-		ev, err := e.bus.Codec().DecodeStored(raw)
-		if err != nil {
-			return nil
-		}
-		return r.Apply(ev, raw.Seq, e.skills)
-	}); err != nil {
+	r, err := runstate.Load(ctx, e.bus, id, e.skills)
+	if err != nil {
 		return false, err
 	}
 	if !r.Requested || r.Terminal() || r.Skill == nil || time.Since(r.LastAt) < quiet {
@@ -162,32 +156,15 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	if err != nil {
 		return false, err
 	}
-	out, act := e.reconcile(r, &cause)
-	switch {
-	case len(out) > 0:
-	case act.launch != nil && act.launch.start != nil:
-		// A retry waiting out its backoff in a process that is gone.
-		out = []events.Event{*act.launch.start}
-	case act.launch != nil:
-		l := act.launch
-		spec, _ := e.invoker.Registry.Get(l.step.Tool)
-		limit := e.ackWait
-		if spec != nil {
+	dec := e.decide(r, &cause)
+	limit := e.ackWait
+	if dec.Launch != nil {
+		if spec, ok := e.invoker.Registry.Get(dec.Launch.Step.Tool); ok {
 			limit = spec.TimeoutDuration()
 		}
-		ss := r.Steps[l.index]
-		if time.Since(ss.StartedAt) < limit+quiet {
-			return false, nil // the call may still be running somewhere
-		}
-		failed, err := events.NewEvent(events.RunStepFailed, id, id+"/"+stepSuffix(l.index, l.attempt, "failed"), Source, events.StepFailedData{
-			Step: l.step.Name, Index: l.index, Attempt: l.attempt, Tool: l.step.Tool, Args: ss.Args,
-			Error: events.ErrorInfo{Kind: "lost", Message: fmt.Sprintf("the result of this call was never recorded (the runner or NATS restarted while it ran); it may or may not have taken effect: idempotency key %s", tool.IdempotencyKey(id, l.index, l.attempt))},
-		})
-		if err != nil {
-			return false, err
-		}
-		out = []events.Event{failed}
-	default:
+	}
+	out := sweepEvents(r, dec, time.Now().UTC(), limit+quiet)
+	if len(out) == 0 {
 		return false, nil
 	}
 	for i := range out {
@@ -208,7 +185,7 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 // since it was read: its first event of the run carries the expectation
 // (an event of another aggregate, a confirmation request, is guarded by
 // its deterministic id).
-func (e *engine) publishGuarded(ctx context.Context, r *RunState, out []events.Event) error {
+func (e *engine) publishGuarded(ctx context.Context, r *runstate.Run, out []events.Event) error {
 	guarded := false
 	for i := range out {
 		var opts []events.PublishOption
@@ -228,4 +205,32 @@ func eventTypes(evs []events.Event) []string {
 		out[i] = evs[i].Type()
 	}
 	return out
+}
+
+// sweepEvents is what a sweep writes to a quiet run, given the decision
+// its state leads to: the decision's events; a retry's start, when the
+// process that waited out its backoff is gone; or, for a call that has
+// been running longer than it may (callLimit), a failure of kind "lost".
+func sweepEvents(r *runstate.Run, dec Decision, now time.Time, callLimit time.Duration) []events.Event {
+	switch {
+	case len(dec.Events) > 0:
+		return dec.Events
+	case dec.Launch != nil && dec.Launch.Start != nil:
+		return []events.Event{*dec.Launch.Start}
+	case dec.Launch != nil:
+		l, ss := dec.Launch, r.Steps[dec.Launch.Index]
+		if now.Sub(ss.StartedAt) < callLimit {
+			return nil // the call may still be running somewhere
+		}
+		failed, err := events.NewEvent(events.RunStepFailed, r.ID, r.ID+"/"+stepSuffix(l.Index, l.Attempt, "failed"), Source, events.StepFailedData{
+			Step: l.Step.Name, Index: l.Index, Attempt: l.Attempt, Tool: l.Step.Tool, Args: ss.Args,
+			Error: events.ErrorInfo{Kind: "lost", Message: fmt.Sprintf("the result of this call was never recorded (the runner or NATS restarted while it ran); it may or may not have taken effect: idempotency key %s", tool.IdempotencyKey(r.ID, l.Index, l.Attempt))},
+		})
+		if err != nil {
+			return nil
+		}
+		failed.SetTime(now)
+		return []events.Event{failed}
+	}
+	return nil
 }

@@ -3,11 +3,10 @@ package runner
 import (
 	"encoding/json"
 
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // maxFieldBytes bounds one output, args or error in an event: the log
@@ -55,16 +54,7 @@ func truncateMap(m map[string]any, max int) (map[string]any, bool) {
 	return map[string]any{"preview": p}, true
 }
 
-func truncateString(s string, max int) (string, bool) {
-	if len(s) <= max {
-		return s, false
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…", true
-}
+func truncateString(s string, max int) (string, bool) { return textutil.Truncate(s, max) }
 
 // jsonable normalizes an expression result to JSON-shaped data.
 func jsonable(v any) any {
@@ -77,17 +67,15 @@ func jsonable(v any) any {
 	return out
 }
 
-func firstLine(s string, max int) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	t, _ := truncateString(l, max)
-	return t
-}
+func firstLine(s string, max int) string { return textutil.FirstLine(s, max) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func msSince(t time.Time) float64 {
-	if t.IsZero() {
+// msBetween is the time from start to end in milliseconds (0 without a
+// start).
+func msBetween(start, end time.Time) float64 {
+	if start.IsZero() {
 		return 0
 	}
-	return ms(time.Since(t))
+	return ms(end.Sub(start))
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // summarize renders an event's data as one readable phrase.
@@ -166,17 +167,10 @@ func summarize(ev *events.Event) string {
 	return strings.Join(parts, "  ")
 }
 
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return l
-}
+// firstLine is the first line of s, whole: the caller truncates.
+func firstLine(s string) string { return textutil.FirstLine(s, len(s)) }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return textutil.Cut(s, n) }
 
 func compact(b []byte, n int) string {
 	return truncate(strings.Join(strings.Fields(string(b)), " "), n)

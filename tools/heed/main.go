@@ -67,6 +67,7 @@ func newRoot() *cobra.Command {
 		newRetryCmd(g),
 		newCancelCmd(g),
 		newRunsCmd(g),
+		newStatusCmd(g),
 		newConfirmCmd(g),
 		newSkillCmd(),
 		newPrefsCmd(g),

@@ -597,13 +597,31 @@ func TestAuditTailReplay(t *testing.T) {
 		return fmt.Sprintf("heed %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
 	}
 
+	t.Run("status", func(t *testing.T) {
+		// The run's state folded from the log, as the services fold it:
+		// the garbage message is skipped, the failure shows.
+		out, errOut, code := cli("status", runID)
+		if code != 0 {
+			t.Fatal(show([]string{"status", runID}, out, errOut, code))
+		}
+		for _, want := range []string{"run " + runID, "driven by agent", "deploy", "failed", "boom"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status lacks %q:\n%s", want, out)
+			}
+		}
+		out, errOut, code = cli("status", "no-such-run")
+		if code == 0 || !strings.Contains(errOut, "no run") {
+			t.Error(show([]string{"status", "no-such-run"}, out, errOut, code))
+		}
+	})
+
 	t.Run("audit", func(t *testing.T) {
 		out, errOut, code := cli("audit", runID)
 		if code != 0 {
 			t.Fatal(show([]string{"audit", runID}, out, errOut, code))
 		}
 		for _, want := range []string{
-			"run " + runID + ": active, 2 events", // the index summary
+			"run " + runID + ": running, 2 events", // the index summary
 			"run.step.failed", "deploy", "error: boom",
 			"INVALID", // the bad message, shown as rejected
 		} {

@@ -1,0 +1,36 @@
+package textutil
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestTruncateKeepsCharactersWhole(t *testing.T) {
+	s := strings.Repeat("é", 10) // 2 bytes each
+	for n := 0; n <= len(s)+1; n++ {
+		got, cut := Truncate(s, n)
+		if !utf8.ValidString(got) {
+			t.Fatalf("Truncate(%d) = %q: not valid UTF-8", n, got)
+		}
+		if cut != (n < len(s)) {
+			t.Fatalf("Truncate(%d) reports cut=%v", n, cut)
+		}
+		if cut && len(strings.TrimSuffix(got, Ellipsis)) > n {
+			t.Fatalf("Truncate(%d) kept %d bytes", n, len(got))
+		}
+	}
+}
+
+func TestFirstLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"  one\ntwo":   "one",
+		"crlf\r\nnext": "crlf",
+		"":             "",
+		"日本語のエラーメッセージ\n2": "日本語…",
+	} {
+		if got := FirstLine(in, 10); got != want {
+			t.Errorf("FirstLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

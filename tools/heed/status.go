@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/heedhq/heed/lib/runstate"
+	"github.com/spf13/cobra"
+)
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status RUN-ID",
+		Short: "Show a run's state, step by step, folded from its events",
+		Long: `Show where a run stands: its status, each step's state and attempt, what
+healing decided about a failed attempt, and what the run waits for. The state
+is folded from the run's events in the log, exactly as the runner and the
+healer fold it (lib/runstate). --json prints the folded state.`,
+		Args: cobra.ExactArgs(1),
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
+			r, err := c.Run(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(out, r)
+				return nil
+			}
+			printRunState(out, r)
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	return cmd
+}
+
+func printRunState(out io.Writer, r *runstate.Run) {
+	driver := r.Driver
+	if driver == "" {
+		driver = "agent"
+	}
+	fmt.Fprintf(out, "run %s  ", r.ID)
+	if r.SkillName != "" {
+		fmt.Fprintf(out, "skill %s  ", r.SkillName)
+	}
+	fmt.Fprintf(out, "%s  (driven by %s", strings.ToUpper(r.Status), driver)
+	if r.Agent != "" {
+		fmt.Fprintf(out, ", agent %s", r.Agent)
+	}
+	fmt.Fprintln(out, ")")
+	if r.SkillErr != nil {
+		fmt.Fprintf(out, "  skill did not load: %s\n", firstLine(r.SkillErr.Error()))
+	}
+	for i, s := range r.Steps {
+		name := s.Name
+		if r.Skill != nil && i < len(r.Skill.Steps) {
+			name = r.Skill.Steps[i].Name
+		}
+		if name == "" {
+			name = fmt.Sprintf("#%d", i)
+		}
+		status := s.Status
+		if status == runstate.StepPending {
+			status = "pending"
+		}
+		line := fmt.Sprintf("  %-24s %-10s", truncate(name, 24), status)
+		if s.Attempt > 1 {
+			line += fmt.Sprintf(" attempt %d", s.Attempt)
+		}
+		if s.Error != nil {
+			line += "  " + truncate(firstLine(s.Error.Message), 100)
+		}
+		if s.Answer != nil {
+			line += fmt.Sprintf("  answered %q by %s (%s)", s.Answer.Choice, s.Answer.By, s.Answer.Method)
+		}
+		fmt.Fprintln(out, line)
+		if s.Status == runstate.StepFailed {
+			if h := r.Current(i); h.Triggered != nil || h.Decided() {
+				fmt.Fprintf(out, "  %-24s %s\n", "", healSummary(h))
+			}
+		}
+	}
+	if r.Paused != nil {
+		what := r.Paused.Reason
+		if r.Paused.ConfirmID != "" {
+			what += " " + r.Paused.ConfirmID
+		}
+		fmt.Fprintf(out, "waiting: %s at %s\n", what, r.Paused.Step)
+	}
+	if r.Failure != nil {
+		fmt.Fprintf(out, "failed: %s\n", truncate(firstLine(r.Failure.Message), 200))
+	}
+}
+
+func healSummary(a *runstate.Attempt) string {
+	switch {
+	case a.Retry != nil:
+		return fmt.Sprintf("healing: retry as attempt %d (%s)", a.Retry.NextAttempt, a.Retry.Reason)
+	case a.GaveUp:
+		return "healing: gave up; on_error applies"
+	case a.Declined:
+		return "healing: the agent let on_error apply"
+	case a.Escalated != nil:
+		return "healing: handed to the agent " + a.Escalated.Agent
+	case a.Triggered != nil:
+		return "healing: in progress (" + a.Triggered.Plan + ")"
+	}
+	return ""
+}
