@@ -52,10 +52,10 @@ type Step struct {
 	Error   *events.ErrorInfo `json:"error,omitempty"`
 	// ConfirmID is the confirmation the step asked for.
 	ConfirmID string `json:"confirm_id,omitempty"`
-	// Answer is the confirmation's answer once it arrived; AnswerID is the
-	// id of the answer event.
-	Answer   *events.ConfirmAnsweredData `json:"answer,omitempty"`
-	AnswerID string                      `json:"answer_id,omitempty"`
+	// Answer is the confirmation's answer once it arrived: what the run
+	// records of it when it resumes (choice, method, by, reason), so a
+	// reader of the run's log alone sees the same answer as the runner.
+	Answer *events.ConfirmAnsweredData `json:"answer,omitempty"`
 	// RetryOf is the id of the step.failed event of the attempt the
 	// current attempt retries.
 	RetryOf string `json:"retry_of,omitempty"`
@@ -395,7 +395,7 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		}
 		for i := range r.Steps {
 			if r.Steps[i].ConfirmID == ev.Subject() && r.Steps[i].Answer == nil {
-				r.Steps[i].Answer, r.Steps[i].AnswerID = &d, ev.ID()
+				r.Steps[i].Answer = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}
 			}
 		}
 	}
@@ -581,4 +581,21 @@ func (r *Run) Outputs() map[string]any {
 // String describes the run for errors.
 func (r *Run) String() string {
 	return fmt.Sprintf("run %s (%s, %s)", r.ID, r.SkillName, r.Status)
+}
+
+// Snapshot is the run's state as JSON, without how far its reader has
+// read (LastSeq, LastAt, LastID: a reader of the run's subject alone and
+// the runner, which also reads answers, stop at different positions).
+// Two readers that applied the same run's events have equal snapshots.
+func (r *Run) Snapshot() ([]byte, error) {
+	c := *r
+	c.LastSeq, c.LastAt, c.LastID = 0, time.Time{}, ""
+	skillErr := ""
+	if r.SkillErr != nil {
+		skillErr = r.SkillErr.Error()
+	}
+	return json.Marshal(struct {
+		*Run
+		SkillError string `json:"skill_error,omitempty"`
+	}{&c, skillErr})
 }

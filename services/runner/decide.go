@@ -229,6 +229,7 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 					return done()
 				}
 				ev.SetTime(em.now)
+				ev.SetExtension("causationid", em.cause)
 				out := done()
 				out.Launch = &Launch{Index: i, Attempt: next, Step: st, Args: ss.Args, Delay: st.Retry.Delay(ss.Attempt), Start: ev}
 				return out
@@ -468,6 +469,8 @@ func resultEvent(runID string, l *Launch, res tool.Result, now time.Time) (event
 				Error: events.ErrorInfo{Message: msg, Kind: res.Err.Kind, ExitCode: res.Err.ExitCode, Truncated: trunc}, Output: out, DurationMS: ms(res.Duration)})
 	}
 	ev.SetTime(now)
+	// The result of the call the attempt's step.started made.
+	ev.SetExtension("causationid", runID+"/"+stepSuffix(l.Index, l.Attempt, "started"))
 	return ev, err
 }
 

@@ -23,7 +23,6 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 require github.com/heedhq/heed/services/confirm v0.0.0
@@ -33,6 +32,7 @@ require (
 	github.com/heedhq/heed/services/indexer v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/oklog/ulid/v2 v2.1.2
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 // Local modules: the repository builds on its own, with or without go.work.
