@@ -174,6 +174,9 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 				}
 				a := ss.Answer
 				if a.Choice == "cancel" {
+					// The run's own log records the answer it ended on, as
+					// for any answer: readers of the run alone see it.
+					emit(events.RunResumed, stepSuffix(i, ss.Attempt, "resumed"), events.RunResumedData{Step: st.Name, Index: i, ConfirmID: ss.ConfirmID, Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason})
 					idx := i
 					emit(events.RunCancelled, "cancelled", events.RunCancelledData{By: a.By, Reason: fmt.Sprintf("%q chosen at confirmation %s (%s)", a.Choice, ss.ConfirmID, a.Method), Step: st.Name, Index: &idx})
 					return done()

@@ -54,29 +54,35 @@ type scenario struct {
 	HealWait    string         `yaml:"heal_wait"`
 	HealTimeout string         `yaml:"heal_timeout"`
 	// Results are each tool's results, in call order.
-	Results map[string][]struct {
-		Output   any            `yaml:"output"`
-		Error    map[string]any `yaml:"error"`
-		Duration string         `yaml:"duration"`
-	} `yaml:"results"`
+	Results map[string][]toolResult `yaml:"results"`
 	Learned struct {
 		KnownIssues []map[string]any            `yaml:"known_issues"`
 		Warnings    map[string][]map[string]any `yaml:"warnings"` // by tool
 	} `yaml:"learned"`
 	// Reactions are the outside world: when the event with id On is in
 	// the log, the events of Publish are appended After later.
-	Reactions []struct {
-		On      string `yaml:"on"`
-		After   string `yaml:"after"`
-		Publish []struct {
-			Type    string         `yaml:"type"`
-			ID      string         `yaml:"id"`
-			Subject string         `yaml:"subject"`
-			Source  string         `yaml:"source"`
-			Data    map[string]any `yaml:"data"`
-		} `yaml:"publish"`
-	} `yaml:"reactions"`
+	Reactions []reaction `yaml:"reactions"`
 	Expect string `yaml:"expect"` // the run's final status
+}
+
+type toolResult struct {
+	Output   any            `yaml:"output"`
+	Error    map[string]any `yaml:"error"`
+	Duration string         `yaml:"duration"`
+}
+
+type reaction struct {
+	On      string         `yaml:"on"`
+	After   string         `yaml:"after"`
+	Publish []outsideEvent `yaml:"publish"`
+}
+
+type outsideEvent struct {
+	Type    string         `yaml:"type"`
+	ID      string         `yaml:"id"`
+	Subject string         `yaml:"subject"`
+	Source  string         `yaml:"source"`
+	Data    map[string]any `yaml:"data"`
 }
 
 func TestGoldenHistories(t *testing.T) {
