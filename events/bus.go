@@ -169,7 +169,7 @@ func classifyPublishError(subject string, err error) error {
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
 		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
-			return &Error{Code: CodeConflict, Message: fmt.Sprintf("publish %s: %s", subject, apiErr.Description), Err: err}
+			return &Error{Code: CodeConflict, Message: fmt.Sprintf("publish %s: %s", subject, apiErr.Description), Err: fmt.Errorf("%w: %w", ErrStaleRead, err)}
 		}
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("publish %s: %s", subject, apiErr.Description), Err: err}
 	}

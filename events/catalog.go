@@ -74,7 +74,7 @@ var catalog = []TypeInfo{
 	{RunStepFailed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "an attempt of a step failed with its error"},
 	{RunStepSkipped, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a step's condition was false"},
 	{RunPaused, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run waits for a confirmation or its agent"},
-	{RunResumed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a paused run continues"},
+	{RunResumed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a paused run continues with the answer it waited for (also before run.cancelled when the answer was cancel: the run's own log holds every answer it acted on)"},
 	{RunCompleted, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run finished successfully"},
 	{RunFailed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run stopped on an error"},
 	{RunCancelled, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run was cancelled"},

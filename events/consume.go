@@ -99,6 +99,9 @@ type ConsumerConfig struct {
 	// PartitionKey picks the worker; default is the aggregate id, so one
 	// aggregate's events are handled in log order.
 	PartitionKey func(*Event) string
+	// Middleware wraps the handler, the first outermost, inside Recover
+	// (which every consumer has).
+	Middleware []Middleware
 
 	Logger *slog.Logger
 }
@@ -199,8 +202,9 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("create consumer %s on %s: %v", cfg.Name, cfg.Stream, err), Err: err}
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
-		cfg: cfg, bus: bus, handler: h, log: cfg.Logger.With("consumer", cfg.Name),
+		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
 		ctx: cctx, cancel: cancel, inflight: map[uint64]int{},
 	}
 	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
@@ -311,7 +315,7 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 func (c *Consumer) work(q chan *Delivery) {
 	defer c.wg.Done()
 	for d := range q {
-		out, err := c.safeHandle(d)
+		out, err := c.handler(c.ctx, d)
 		d.mu.Lock()
 		held := d.held
 		d.mu.Unlock()
@@ -319,16 +323,6 @@ func (c *Consumer) work(q chan *Delivery) {
 			c.finish(c.ctx, d, out, err)
 		}
 	}
-}
-
-func (c *Consumer) safeHandle(d *Delivery) (out []Event, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = Poison(fmt.Errorf("handler panic: %v", r))
-			c.log.Error("handler panic", "subject", d.Subject, "seq", d.Seq, "panic", r)
-		}
-	}()
-	return c.handler(c.ctx, d)
 }
 
 // finish publishes the handler's events, then acknowledges; or retries or

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"time"
 )
 
@@ -445,4 +446,25 @@ func canonicalJSON(v any) string {
 	}
 	b, _ = json.Marshal(doc)
 	return string(b)
+}
+
+// dataTypes are the Go types of every event's data.
+var dataTypes = map[Type]reflect.Type{
+	RunRequested: reflect.TypeFor[RunRequestedData](), RunStarted: reflect.TypeFor[RunStartedData](), RunStepStarted: reflect.TypeFor[StepStartedData](),
+	RunStepCompleted: reflect.TypeFor[StepCompletedData](), RunStepFailed: reflect.TypeFor[StepFailedData](), RunStepSkipped: reflect.TypeFor[StepSkippedData](),
+	RunPaused: reflect.TypeFor[RunPausedData](), RunResumed: reflect.TypeFor[RunResumedData](), RunCompleted: reflect.TypeFor[RunCompletedData](),
+	RunFailed: reflect.TypeFor[RunFailedData](), RunCancelled: reflect.TypeFor[RunCancelledData](), RunWarning: reflect.TypeFor[RunWarningData](),
+	HealTriggered: reflect.TypeFor[HealTriggeredData](), HealFixApplied: reflect.TypeFor[HealFixAppliedData](), HealRetried: reflect.TypeFor[HealRetriedData](),
+	HealHealed: reflect.TypeFor[HealHealedData](), HealGaveUp: reflect.TypeFor[HealGaveUpData](), HealEscalated: reflect.TypeFor[HealEscalatedData](),
+	FixLearned: reflect.TypeFor[FixLearnedData](), FixForgotten: reflect.TypeFor[FixForgottenData](),
+	ConfirmRequested: reflect.TypeFor[ConfirmRequestedData](), ConfirmAnswered: reflect.TypeFor[ConfirmAnsweredData](), ConfirmExpired: reflect.TypeFor[ConfirmExpiredData](),
+	ConfirmDelegated: reflect.TypeFor[ConfirmDelegatedData](), ConfirmRefused: reflect.TypeFor[ConfirmRefusedData](),
+	PrefSet: reflect.TypeFor[PrefSetData](), PrefForgotten: reflect.TypeFor[PrefForgottenData](),
+}
+
+// DataType is the Go type of an event type's data (a test checks each
+// against its schema).
+func DataType(t Type) (reflect.Type, bool) {
+	d, ok := dataTypes[t]
+	return d, ok
 }

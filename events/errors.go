@@ -74,11 +74,15 @@ var (
 	ErrUnfinished       = &Error{Code: CodeUnfinished}
 	ErrPoison           = &Error{Code: CodePoison}
 	ErrConflict         = &Error{Code: CodeConflict}
-	ErrInvalidRequest   = &Error{Code: CodeInvalidRequest}
-	ErrNotFound         = &Error{Code: CodeNotFound}
-	ErrUnavailable      = &Error{Code: CodeUnavailable}
-	ErrBusy             = &Error{Code: CodeBusy}
-	ErrInternal         = &Error{Code: CodeInternal}
+	// ErrStaleRead is the conflict of a write whose expected last sequence
+	// no longer holds: someone appended to the aggregate since the writer
+	// read it. Read again and decide again (RetryStale).
+	ErrStaleRead      = errors.New("the aggregate changed since it was read")
+	ErrInvalidRequest = &Error{Code: CodeInvalidRequest}
+	ErrNotFound       = &Error{Code: CodeNotFound}
+	ErrUnavailable    = &Error{Code: CodeUnavailable}
+	ErrBusy           = &Error{Code: CodeBusy}
+	ErrInternal       = &Error{Code: CodeInternal}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or

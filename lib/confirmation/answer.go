@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -81,17 +80,10 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			// Someone appended first (an answer, a refusal, anything):
-			// wait a little, read again and judge again, for as long as
-			// the caller allows.
-			select {
-			case <-ctx.Done():
-				return nil, events.Errorf(events.CodeUnavailable, "confirmation %s kept changing until the deadline; nothing was written: %v", id, ctx.Err())
-			case <-time.After(backoff(attempt)):
-			}
-		}
+	// Someone may append first (an answer, a refusal, anything): then the
+	// write fails as stale, and the question is read and judged again, for
+	// as long as the caller allows.
+	st, err := events.RetryStale(ctx, 0, func() (*State, error) {
 		st, err := Load(ctx, bus, id)
 		if err != nil {
 			return st, err
@@ -99,6 +91,7 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		if cfg.eventID != "" && st.AnswerID == cfg.eventID {
 			return st, nil // this very decision took effect before (a retry)
 		}
+		a := a
 		if a.RunID == "" {
 			a.RunID = st.Gate.RunID
 		}
@@ -126,26 +119,21 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		ack, err := bus.Publish(ctx, &ev,
 			events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq},
 			events.PurgeSchedule{Subject: ScheduleSubject(id)})
-		if err == nil {
-			if ack.Duplicate {
-				// The same decision was stored before (a retried timeout):
-				// read back what took effect.
-				continue
-			}
-			if _, err := st.Apply(&ev, ack.Sequence); err != nil {
-				return nil, err
-			}
-			return st, nil
-		}
-		if !errors.Is(err, events.ErrConflict) {
+		if err != nil {
 			return nil, err
 		}
+		if ack.Duplicate {
+			// The same decision was stored before (a retried timeout):
+			// read back what took effect.
+			return nil, events.ErrStaleRead
+		}
+		if _, err := st.Apply(&ev, ack.Sequence); err != nil {
+			return nil, err
+		}
+		return st, nil
+	})
+	if ctx.Err() != nil && (errors.Is(err, events.ErrStaleRead) || errors.Is(err, ctx.Err())) {
+		return nil, events.Errorf(events.CodeUnavailable, "confirmation %s kept changing until the deadline; nothing was written: %v", id, ctx.Err())
 	}
-}
-
-// backoff is the pause before attempt n of a write that lost a race:
-// short, growing, jittered so that racing writers spread out.
-func backoff(n int) time.Duration {
-	d := time.Duration(min(n, 8)) * time.Millisecond
-	return d + time.Duration(rand.Int64N(int64(d)+1))
+	return st, err
 }

@@ -3,7 +3,6 @@ package confirm
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -72,37 +71,36 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 	id := body.ConfirmID
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for attempt := 0; attempt < 5; attempt++ {
+	attempt := 0
+	_, err = events.RetryStale(ctx, 5, func() (struct{}, error) {
+		attempt++
 		// First from what the answers consumer holds (a burst of deadlines
 		// must not read the log once each); if that is stale the write
-		// conflicts, and the log is read.
+		// fails as stale, and the log is read.
 		v, cached := r.gates.view(id)
-		if attempt > 0 || !cached {
+		if attempt > 1 || !cached {
 			st, err := confirmation.Load(ctx, r.bus, id)
 			if err != nil {
 				if events.CodeOf(err) == events.CodeNotFound {
-					return nil
+					return struct{}{}, nil
 				}
-				return err
+				return struct{}{}, err
 			}
 			v = deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
 		}
 		if !v.open || v.expired {
-			return nil
+			return struct{}{}, nil
 		}
 		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: v.dflt, RunID: v.runID})
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
 		exp.SetTime(meta.Timestamp.UTC()) // when it fired
-		_, err = r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq})
-		if err == nil {
-			r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
-			return nil
+		if _, err := r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq}); err != nil {
+			return struct{}{}, err
 		}
-		if !errors.Is(err, events.ErrConflict) {
-			return err
-		}
-	}
-	return events.Errorf(events.CodeConflict, "confirmation %s keeps changing", id)
+		r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
+		return struct{}{}, nil
+	})
+	return err
 }

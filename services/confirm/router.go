@@ -114,7 +114,8 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		Filters:     []string{"heed.confirm.*.requested"},
 		Workers:     cfg.Workers,
 		Logger:      rt.Log,
-	}, r.handle)
+		Middleware:  []events.Middleware{events.Retry(3, 20*time.Millisecond)},
+	}, r.routes().Handle)
 	if err != nil {
 		return err
 	}
@@ -149,17 +150,13 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	return nil
 }
 
-func (r *router) handle(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
-	id := d.Event.Subject()
-	switch events.Type(d.Event.Type()) {
-	case events.ConfirmRequested:
-		var req events.ConfirmRequestedData
-		if err := json.Unmarshal(d.Event.Data(), &req); err != nil {
-			return nil, events.Poison(err)
-		}
-		return nil, r.route(ctx, id, d, &req)
-	}
-	return nil, nil
+// routes are the router's typed handlers: each request is routed.
+func (r *router) routes() *events.Routes {
+	routes := events.NewRoutes()
+	events.On(routes, events.ConfirmRequested, func(ctx context.Context, d *events.Delivery, req *events.ConfirmRequestedData) ([]events.Event, error) {
+		return nil, r.route(ctx, d.Event.Subject(), d, req)
+	})
+	return routes
 }
 
 // firstSeq is the sequence of a confirmation's first message in the log.
@@ -252,25 +249,26 @@ func (r *router) scheduleDeadline(ctx context.Context, id string, seq uint64, re
 		return err
 	}
 	header := nats.Header{HeaderSchedule: {scheduleKind}, events.HeaderMsgID: {"sched:" + id}, "Content-Type": {events.ContentTypeJSON}}
-	for attempt := 0; attempt < 5; attempt++ {
+	_, err = events.RetryStale(ctx, 5, func() (struct{}, error) {
 		_, err := r.bus.ScheduleAt(ctx, confirmation.ScheduleSubject(id), confirmation.FiredSubject(id), deadline, header, body,
 			events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq})
 		if err == nil {
-			return r.bus.PublishAll(ctx, extra)
+			return struct{}{}, r.bus.PublishAll(ctx, extra)
 		}
-		if !errors.Is(err, events.ErrConflict) {
-			return err
+		if !errors.Is(err, events.ErrStaleRead) {
+			return struct{}{}, err
 		}
 		st, lerr := confirmation.Load(ctx, r.bus, id)
 		if lerr != nil {
-			return lerr
+			return struct{}{}, lerr
 		}
 		if !st.Open() || st.Expired != nil {
-			return nil // answered (or expired) meanwhile: no deadline needed
+			return struct{}{}, nil // answered (or expired) meanwhile: no deadline needed
 		}
 		seq = st.LastSeq
-	}
-	return events.Errorf(events.CodeConflict, "confirmation %s keeps changing", id)
+		return struct{}{}, err
+	})
+	return err
 }
 
 // preference looks up a remembered choice for the request.
@@ -424,7 +422,7 @@ func (r *router) expire(ctx context.Context, id string, st *confirmation.State) 
 			return err
 		}
 		_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
-		if !errors.Is(err, events.ErrConflict) {
+		if !errors.Is(err, events.ErrStaleRead) {
 			return err
 		}
 		// Something came after what the consumer holds: judge from the log.
@@ -456,7 +454,7 @@ func (r *router) answer(ctx context.Context, id string, seq uint64, req *events.
 		return err
 	}
 	_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: seq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
-	if errors.Is(err, events.ErrConflict) {
+	if errors.Is(err, events.ErrStaleRead) {
 		_, err = confirmation.Answer(ctx, r.bus, Source, id, a, confirmation.WithEventID(id+"/answer/"+tag))
 		if events.CodeOf(err) == events.CodeConflict {
 			return nil

@@ -81,7 +81,8 @@ func Run(ctx context.Context, rt *service.Runtime, o Options) error {
 		AckWait:     30 * time.Second,
 		Workers:     o.Workers,
 		Logger:      rt.Log,
-	}, h.handle)
+		Middleware:  []events.Middleware{events.Retry(3, 20*time.Millisecond)},
+	}, h.routes().Handle)
 	if err != nil {
 		return err
 	}
@@ -93,22 +94,17 @@ func Run(ctx context.Context, rt *service.Runtime, o Options) error {
 	return nil
 }
 
-func (h *healer) handle(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
-	switch events.Type(d.Event.Type()) {
-	case events.RunStepFailed:
-		var f events.StepFailedData
-		if err := json.Unmarshal(d.Event.Data(), &f); err != nil {
-			return nil, events.Poison(err)
-		}
+// routes are the healer's typed handlers: a tool step's failure is
+// healed, a later attempt's success may teach a fix.
+func (h *healer) routes() *events.Routes {
+	r := events.NewRoutes()
+	events.On(r, events.RunStepFailed, func(ctx context.Context, d *events.Delivery, f *events.StepFailedData) ([]events.Event, error) {
 		if f.Tool == "" {
 			return nil, nil // compute and confirm steps are not tool failures
 		}
-		return nil, h.heal(ctx, d, &f)
-	case events.RunStepCompleted:
-		var c events.StepCompletedData
-		if err := json.Unmarshal(d.Event.Data(), &c); err != nil {
-			return nil, events.Poison(err)
-		}
+		return nil, h.heal(ctx, d, f)
+	})
+	events.On(r, events.RunStepCompleted, func(ctx context.Context, d *events.Delivery, c *events.StepCompletedData) ([]events.Event, error) {
 		if c.Attempt < 2 {
 			return nil, nil
 		}
@@ -116,9 +112,9 @@ func (h *healer) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		if err != nil {
 			return nil, err
 		}
-		return learn(r, &c, d.Event.ID(), time.Now().UTC())
-	}
-	return nil, nil
+		return learn(r, c, d.Event.ID(), time.Now().UTC())
+	})
+	return r
 }
 
 // heal works on one failed attempt: it decides, publishes, runs the fix

@@ -8,6 +8,7 @@ require (
 )
 
 require (
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/heedhq/heed/schemas v0.0.0 // indirect

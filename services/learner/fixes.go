@@ -2,7 +2,6 @@ package learner
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
@@ -25,12 +24,12 @@ func (FixesProjection) Filters() []string {
 
 // Apply learns, forgets and scores fixes.
 func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
-	switch events.Type(ev.Type()) {
-	case events.FixLearned:
-		var d events.FixLearnedData
-		if err := json.Unmarshal(ev.Data(), &d); err != nil {
-			return events.Poison(err)
-		}
+	return fixRoutes.Apply(ctx, s, ev)
+}
+
+var fixRoutes = func() *events.ProjectionRoutes {
+	r := events.NewProjectionRoutes()
+	events.Fold(r, events.FixLearned, func(ctx context.Context, s events.Store, ev *events.Event, d *events.FixLearnedData) error {
 		var f readmodel.Fix
 		if _, err := s.Get(ctx, ev.Subject(), &f); err != nil {
 			return err
@@ -47,31 +46,39 @@ func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 			By: d.By, LearnedFrom: d.LearnedFrom, RunID: d.RunID, Confidence: conf, Healed: f.Healed, Failed: f.Failed,
 			LearnedAt: ev.Time().UTC()}
 		return s.Put(ctx, ev.Subject(), f)
-	case events.FixForgotten:
+	})
+	events.Fold(r, events.FixForgotten, func(ctx context.Context, s events.Store, ev *events.Event, _ *events.FixForgottenData) error {
 		return s.Delete(ctx, ev.Subject())
-	case events.HealHealed, events.HealGaveUp:
-		var d struct {
-			FixID string `json:"fix_id"`
-		}
-		if err := json.Unmarshal(ev.Data(), &d); err != nil || d.FixID == "" {
-			return nil
-		}
-		var f readmodel.Fix
-		ok, err := s.Get(ctx, d.FixID, &f)
-		if err != nil || !ok {
-			return err
-		}
-		f.LastUsed = ev.Time().UTC()
-		if events.Type(ev.Type()) == events.HealHealed {
-			f.Healed++
-			f.Confidence = round3(f.Confidence + (1-f.Confidence)*0.3)
-		} else {
-			f.Failed++
-			f.Confidence = round3(f.Confidence * 0.5)
-		}
-		return s.Put(ctx, d.FixID, f)
+	})
+	events.Fold(r, events.HealHealed, func(ctx context.Context, s events.Store, ev *events.Event, d *events.HealHealedData) error {
+		return scoreFix(ctx, s, ev, d.FixID, true)
+	})
+	events.Fold(r, events.HealGaveUp, func(ctx context.Context, s events.Store, ev *events.Event, d *events.HealGaveUpData) error {
+		return scoreFix(ctx, s, ev, d.FixID, false)
+	})
+	return r
+}()
+
+// scoreFix counts a learned fix's outcome: healing raises its confidence,
+// failing halves it.
+func scoreFix(ctx context.Context, s events.Store, ev *events.Event, fixID string, healed bool) error {
+	if fixID == "" {
+		return nil
 	}
-	return nil
+	var f readmodel.Fix
+	ok, err := s.Get(ctx, fixID, &f)
+	if err != nil || !ok {
+		return err
+	}
+	f.LastUsed = ev.Time().UTC()
+	if healed {
+		f.Healed++
+		f.Confidence = round3(f.Confidence + (1-f.Confidence)*0.3)
+	} else {
+		f.Failed++
+		f.Confidence = round3(f.Confidence * 0.5)
+	}
+	return s.Put(ctx, fixID, f)
 }
 
 func round3(f float64) float64 { return float64(int(f*1000+0.5)) / 1000 }

@@ -52,24 +52,16 @@ func (c *commands) register(ctx context.Context, svc micro.Service) error {
 	return nil
 }
 
-// errStale marks a command that lost the race with another append to the
-// run; it is re-read and decided again.
-var errStale = errors.New("run changed")
-
-// retrying re-runs a command that lost an optimistic-concurrency race: the
-// run is read again and the command decided again on the new state.
+// retrying re-runs a command that lost an optimistic-concurrency race
+// (its write found the run changed since it read it): the run is read
+// again and the command decided again on the new state.
 func retrying[Req any](h command.Func[Req]) command.Func[Req] {
 	return func(ctx context.Context, req *Req) (any, error) {
-		for attempt := 0; ; attempt++ {
-			out, err := h(ctx, req)
-			if !errors.Is(err, errStale) {
-				return out, err
-			}
-			if attempt == 9 {
-				return nil, events.Errorf(events.CodeConflict, "the run keeps changing; try again")
-			}
-			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+		out, err := events.RetryStale(ctx, 10, func() (any, error) { return h(ctx, req) })
+		if errors.Is(err, events.ErrStaleRead) {
+			return nil, events.Errorf(events.CodeConflict, "the run keeps changing; try again")
 		}
+		return out, err
 	}
 }
 
@@ -218,10 +210,7 @@ func (c *commands) publishRunEvent(ctx context.Context, r *runstate.Run, evs ...
 			opts = append(opts, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("run", r.ID), Seq: r.LastSeq})
 		}
 		if _, err := c.e.bus.Publish(ctx, &evs[i], opts...); err != nil {
-			if errors.Is(err, events.ErrConflict) {
-				return fmt.Errorf("%w: %v", errStale, err)
-			}
-			return err
+			return err // ErrStaleRead: the run changed since it was read
 		}
 	}
 	return nil

@@ -62,7 +62,7 @@ type scenario struct {
 	// Reactions are the outside world: when the event with id On is in
 	// the log, the events of Publish are appended After later.
 	Reactions []reaction `yaml:"reactions"`
-	Expect string `yaml:"expect"` // the run's final status
+	Expect    string     `yaml:"expect"` // the run's final status
 }
 
 type toolResult struct {

@@ -113,6 +113,9 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		Workers:       cfg.Workers,
 		PartitionKey:  runIDOf,
 		Logger:        rt.Log,
+		// A blip of NATS costs a retry in the process, not a redelivery:
+		// the decision is level-triggered, so deciding again is safe.
+		Middleware: []events.Middleware{events.Retry(3, 20*time.Millisecond)},
 	}, eng.handle)
 	if err != nil {
 		return err

@@ -171,7 +171,7 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 		out[i].SetExtension("causationid", r.LastID)
 	}
 	if err := e.publishGuarded(ctx, r, out); err != nil {
-		if errors.Is(err, events.ErrConflict) {
+		if errors.Is(err, events.ErrStaleRead) {
 			return false, nil // the run moved on meanwhile
 		}
 		return false, err
