@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// Options configure the embedded server.
-type Options struct {
+// Config configures the embedded server.
+type Config struct {
 	// DataDir holds JetStream's files; a restart on the same DataDir keeps
 	// every stream, message and KV entry.
 	DataDir string
@@ -40,7 +40,7 @@ type Server struct {
 }
 
 // Start starts the server and waits until it accepts clients.
-func Start(o Options) (*Server, error) {
+func Start(o Config) (*Server, error) {
 	if o.DataDir == "" {
 		return nil, errors.New("embedded nats: DataDir is required")
 	}

@@ -32,7 +32,7 @@ func Start(t testing.TB) *Env {
 // StartIn is Start with a given data directory (to test restarts).
 func StartIn(t testing.TB, dir string) *Env {
 	t.Helper()
-	s, err := embedded.Start(embedded.Options{DataDir: dir, Listen: "127.0.0.1:-1", Logger: Logger(t)})
+	s, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:-1", Logger: Logger(t)})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}

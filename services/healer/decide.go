@@ -44,7 +44,7 @@ type FixCall struct {
 
 // decider holds what healing's decisions depend on that does not change.
 type decider struct {
-	cfg   *Config
+	rules *Rules
 	tools *tool.Registry
 	fixes Fixes
 }
@@ -81,7 +81,7 @@ func (d *decider) heal(r *runstate.Run, f *events.StepFailedData, now time.Time)
 	if prev, ok := retryFix(r, f.Index, f.Attempt); ok && prev.Retry.FixID != "" && a.Triggered == nil {
 		return giveUp(fmt.Sprintf("the learned fix %s did not heal it", prev.Retry.FixID), prev.Retry.FixID)
 	}
-	if n := r.HealRetries(f.Index); n >= d.cfg.MaxHeals && a.Triggered == nil {
+	if n := r.HealRetries(f.Index); n >= d.rules.MaxHeals && a.Triggered == nil {
 		return giveUp(fmt.Sprintf("healed %d times and still failing", n), "")
 	}
 	if a.Triggered == nil {
@@ -167,7 +167,7 @@ func (d *decider) plan(r *runstate.Run, f *events.StepFailedData) *events.HealTr
 	sig := events.ErrorSignature(f.Error.Message)
 	tr := &events.HealTriggeredData{Step: f.Step, Index: f.Index, Attempt: f.Attempt, Tool: f.Tool, Error: f.Error,
 		Classification: events.Classification{Kind: "unknown", Signature: sig}}
-	p := d.cfg.Classify(f.Error.Message)
+	p := d.rules.Classify(f.Error.Message)
 	if p != nil {
 		tr.Classification.Kind, tr.Classification.Pattern = p.Kind, strings.Join(p.Match, "|")
 	}
@@ -191,7 +191,7 @@ func (d *decider) plan(r *runstate.Run, f *events.StepFailedData) *events.HealTr
 				toolCluster = spec.Cluster
 			}
 			env := map[string]any{"args": f.Args, "error": f.Error.Message, "tool": f.Tool,
-				"cluster": d.cfg.Cluster(f.Tool, toolCluster, f.Error.Message+" "+fmt.Sprint(f.Output))}
+				"cluster": d.rules.Cluster(f.Tool, toolCluster, f.Error.Message+" "+fmt.Sprint(f.Output))}
 			args := map[string]any{}
 			for k, t := range p.args {
 				if val, err := t.Render(env); err == nil {

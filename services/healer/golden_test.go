@@ -40,9 +40,9 @@ var goldenStart = time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC)
 
 type healScenario struct {
 	Description string           `yaml:"description"`
-	Config      string           `yaml:"config"` // the healer's config; "" is the default
-	Tools       string           `yaml:"tools"`  // the tools file
-	Fixes       []map[string]any `yaml:"fixes"`  // learned fixes (readmodel.Fix)
+	Rules       string           `yaml:"rules"` // the healer's rules; "" is the default
+	Tools       string           `yaml:"tools"` // the tools file
+	Fixes       []map[string]any `yaml:"fixes"` // learned fixes (readmodel.Fix)
 	// FixResults are each fix tool's results, in call order.
 	FixResults map[string][]struct {
 		Output any            `yaml:"output"`
@@ -273,11 +273,11 @@ func goldenDecider(t *testing.T, path string) *decider {
 		t.Fatal(err)
 	}
 	sc := readHealScenario(t, b, path)
-	src := sc.Config
+	src := sc.Rules
 	if src == "" {
-		src = DefaultConfigYAML
+		src = DefaultRulesYAML
 	}
-	cfg, err := ParseConfig("config", []byte(src))
+	cfg, err := ParseRules("rules", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,5 +293,5 @@ func goldenDecider(t *testing.T, path string) *decider {
 		viaJSON(t, m, &fx)
 		fixes = append(fixes, fx)
 	}
-	return &decider{cfg: cfg, tools: reg, fixes: fixes}
+	return &decider{rules: cfg, tools: reg, fixes: fixes}
 }

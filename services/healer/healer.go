@@ -26,9 +26,9 @@ const Source = "heed/healer"
 // ConsumerName is the healer's durable consumer.
 const ConsumerName = "healer"
 
-// Options configure the healer service.
-type Options struct {
-	ConfigFile string // patterns; "" uses DefaultConfigYAML
+// Config configures the healer service.
+type Config struct {
+	RulesFile string // patterns; "" uses DefaultRulesYAML
 	ToolsFile  string // the same tools file as the runner: fix tools run through it
 	Workers    int
 }
@@ -42,8 +42,8 @@ type healer struct {
 }
 
 // Run runs the healer until ctx is done.
-func Run(ctx context.Context, rt *service.Runtime, o Options) error {
-	cfg, err := LoadConfig(o.ConfigFile)
+func Run(ctx context.Context, rt *service.Runtime, o Config) error {
+	cfg, err := LoadRules(o.RulesFile)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Options) error {
 	case <-ctx.Done():
 		return nil
 	}
-	h := &healer{skills: skill.NewCache(), decider: &decider{cfg: cfg, tools: reg, fixes: bucketFixes{fixes}}, bus: rt.Bus, invoker: &tool.Invoker{Registry: reg, Requester: rt.Conn}, log: rt.Log}
+	h := &healer{skills: skill.NewCache(), decider: &decider{rules: cfg, tools: reg, fixes: bucketFixes{fixes}}, bus: rt.Bus, invoker: &tool.Invoker{Registry: reg, Requester: rt.Conn}, log: rt.Log}
 	if o.Workers <= 0 {
 		o.Workers = 8
 	}

@@ -122,7 +122,7 @@ func (s *stack) runner(t *testing.T, cfg runner.Config) {
 	s.run(t, "runner", func(ctx context.Context, rt *service.Runtime) error { return runner.Run(ctx, rt, cfg) }, runner.ConsumerName)
 }
 
-func (s *stack) healer(t *testing.T, o healer.Options) {
+func (s *stack) healer(t *testing.T, o healer.Config) {
 	t.Helper()
 	o.ToolsFile = s.tools
 	s.run(t, "healer", func(ctx context.Context, rt *service.Runtime) error { return healer.Run(ctx, rt, o) }, healer.ConsumerName)
@@ -149,7 +149,7 @@ func (s *stack) all(t *testing.T) {
 	t.Helper()
 	s.learner(t)
 	s.router(t)
-	s.healer(t, healer.Options{})
+	s.healer(t, healer.Config{})
 	s.runner(t, runner.Config{HealWait: healWait})
 }
 
@@ -667,7 +667,7 @@ func TestLearnedFixChosenOverPattern(t *testing.T) {
 		}
 		return nil
 	})
-	s.healer(t, healer.Options{})
+	s.healer(t, healer.Config{})
 
 	file, src := skillFile(t, "scale_down.yaml")
 	id := s.start(t, file, src, map[string]any{"name": "api"}, "")
@@ -801,7 +801,7 @@ patterns:
     match: [not found]
     fix: {tool: vpn_connect}
 `
-	cfg, err := healer.ParseConfig("test config", []byte(cfgYAML))
+	cfg, err := healer.ParseRules("test config", []byte(cfgYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -813,7 +813,7 @@ patterns:
 		t.Fatal(err)
 	}
 	s.learner(t)
-	s.healer(t, healer.Options{ConfigFile: cfgFile})
+	s.healer(t, healer.Config{RulesFile: cfgFile})
 	s.runner(t, runner.Config{HealWait: healWait})
 
 	for _, onError := range []string{"fail", "continue"} {
@@ -860,7 +860,7 @@ patterns:
 // ---- the config ----
 
 func TestDefaultConfigClassifiesAndPicksCluster(t *testing.T) {
-	cfg, err := healer.LoadConfig("")
+	cfg, err := healer.LoadRules("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -895,8 +895,8 @@ func TestDefaultConfigClassifiesAndPicksCluster(t *testing.T) {
 		"bad template": "patterns: [{kind: k, match: [x], fix: {tool: t, args: {a: '{{ nope }}'}}}]",
 		"unknown key":  "max_heal: 3",
 	} {
-		if _, err := healer.ParseConfig(name, []byte(bad)); err == nil {
-			t.Errorf("%s: ParseConfig accepted %q", name, bad)
+		if _, err := healer.ParseRules(name, []byte(bad)); err == nil {
+			t.Errorf("%s: ParseRules accepted %q", name, bad)
 		}
 	}
 }
@@ -931,7 +931,7 @@ func TestHealerStartsAfterFailureUsesLearnedFix(t *testing.T) {
 
 	// The healer comes up with the failure waiting for it: the first thing it
 	// handles must already see the learned fixes.
-	s.healer(t, healer.Options{})
+	s.healer(t, healer.Config{})
 	evs := waitRun(t, s, id, 20*time.Second, events.RunCompleted, events.HealHealed)
 	tr := decode[events.HealTriggeredData](t, one(t, evs, events.HealTriggered))
 	if tr.Plan != events.PlanLearnedFix || tr.Fix == nil || tr.Fix.FixID != fixID {

@@ -243,7 +243,7 @@ func newEnv(ctx context.Context, cfg config, stderr io.Writer) (*benchEnv, func(
 		return nil, nil, fmt.Errorf("data directory: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := embedded.Start(embedded.Options{DataDir: dir, Listen: "127.0.0.1:-1", ServerName: "heed-bench", Logger: logger, SyncAlways: os.Getenv("HEED_BENCH_SYNC_ALWAYS") == "1"})
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:-1", ServerName: "heed-bench", Logger: logger, SyncAlways: os.Getenv("HEED_BENCH_SYNC_ALWAYS") == "1"})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

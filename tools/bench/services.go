@@ -539,7 +539,7 @@ func runHeal(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Options{DataDir: dir, Listen: "127.0.0.1:-1", ServerName: "heed-bench-heal"})
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:-1", ServerName: "heed-bench-heal"})
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func landedServices(o upOptions) []struct {
 		}},
 		{"learner", learner.Run},
 		{"healer", func(ctx context.Context, rt *service.Runtime) error {
-			return healer.Run(ctx, rt, healer.Options{ToolsFile: o.toolsFile, ConfigFile: o.healerConfig})
+			return healer.Run(ctx, rt, healer.Config{ToolsFile: o.toolsFile, RulesFile: o.healerConfig})
 		}},
 	}
 }
@@ -116,7 +116,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 			return fmt.Errorf("data directory: %w", err)
 		}
 		var err error
-		srv, err = embedded.Start(embedded.Options{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways})
+		srv, err = embedded.Start(embedded.Config{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways})
 		if err != nil {
 			return err
 		}

@@ -43,7 +43,7 @@ func main() {
 			fail(err)
 		}
 		defer os.RemoveAll(dir)
-		srv, err := embedded.Start(embedded.Options{DataDir: dir, Listen: *listen})
+		srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: *listen})
 		if err != nil {
 			fail(err)
 		}

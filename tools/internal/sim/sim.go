@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"learner", learner.Run},
 		{"confirm-router", func(ctx context.Context, rt *service.Runtime) error { return confirm.Run(ctx, rt, confirm.Config{}) }},
 		{"healer", func(ctx context.Context, rt *service.Runtime) error {
-			return healer.Run(ctx, rt, healer.Options{ToolsFile: toolsFile})
+			return healer.Run(ctx, rt, healer.Config{ToolsFile: toolsFile})
 		}},
 		{"runner", func(ctx context.Context, rt *service.Runtime) error {
 			return runner.Run(ctx, rt, runner.Config{ToolsFile: toolsFile, HealWait: 10 * time.Second})

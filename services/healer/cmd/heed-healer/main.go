@@ -11,8 +11,8 @@ import (
 
 func main() {
 	service.Main("healer", func(fs *flag.FlagSet) service.RunFunc {
-		var o healer.Options
-		fs.StringVar(&o.ConfigFile, "config", "", "healer patterns file (YAML; default: built-in patterns)")
+		var o healer.Config
+		fs.StringVar(&o.RulesFile, "config", "", "healer rules file: failure patterns and their fixes (YAML; default: the built-in rules)")
 		fs.StringVar(&o.ToolsFile, "tools", "", "tools file (the runner's): fix tools run through it")
 		return func(ctx context.Context, rt *service.Runtime) error { return healer.Run(ctx, rt, o) }
 	})

@@ -26,8 +26,9 @@ type PatternFix struct {
 	Args map[string]string `yaml:"args"` // templates over args, error, tool, cluster
 }
 
-// Config is the healer's configuration file.
-type Config struct {
+// Rules are the healer's rules (its configuration file): how failures are
+// classified, which generic fix each class gets, and the bounds on healing.
+type Rules struct {
 	// MaxHeals bounds heal retries per step.
 	MaxHeals int `yaml:"max_heals"`
 	// Patterns are tried in order; the first match classifies.
@@ -39,10 +40,10 @@ type Config struct {
 	DefaultCluster string `yaml:"default_cluster"`
 }
 
-// DefaultConfigYAML is the configuration used without a file: the seed's
+// DefaultRulesYAML are the rules used without a file: the seed's
 // patterns (network → reconnect, auth → login) plus quota, not-found and
 // timeout classes without a generic fix.
-const DefaultConfigYAML = `
+const DefaultRulesYAML = `
 max_heals: 2
 default_cluster: stage
 clusters:
@@ -63,9 +64,9 @@ patterns:
     match: [timeout, timed out, deadline exceeded]
 `
 
-// LoadConfig reads a healer config file, or the defaults for "".
-func LoadConfig(path string) (*Config, error) {
-	src := []byte(DefaultConfigYAML)
+// LoadRules reads a healer rules file, or the defaults for "".
+func LoadRules(path string) (*Rules, error) {
+	src := []byte(DefaultRulesYAML)
 	name := "default healer config"
 	if path != "" {
 		b, err := os.ReadFile(path)
@@ -74,12 +75,12 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		src, name = b, path
 	}
-	return ParseConfig(name, src)
+	return ParseRules(name, src)
 }
 
-// ParseConfig parses and compiles a healer config.
-func ParseConfig(name string, src []byte) (*Config, error) {
-	var c Config
+// ParseRules parses and compiles healer rules.
+func ParseRules(name string, src []byte) (*Rules, error) {
+	var c Rules
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
@@ -117,7 +118,7 @@ func ParseConfig(name string, src []byte) (*Config, error) {
 }
 
 // Classify returns the first pattern whose strings the error contains.
-func (c *Config) Classify(msg string) *Pattern {
+func (c *Rules) Classify(msg string) *Pattern {
 	m := strings.ToLower(msg)
 	for _, p := range c.Patterns {
 		for _, s := range p.Match {
@@ -131,7 +132,7 @@ func (c *Config) Classify(msg string) *Pattern {
 
 // Cluster detects the cluster a tool acts on: its own setting, then the
 // name map, then "prod" in its output or error, then the default.
-func (c *Config) Cluster(toolName, toolCluster, text string) string {
+func (c *Rules) Cluster(toolName, toolCluster, text string) string {
 	if toolCluster != "" {
 		return toolCluster
 	}
