@@ -195,48 +195,17 @@ func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]event
 // (ai_assist), and otherwise people on every channel until the deadline,
 // which the stream itself holds.
 func (r *router) route(ctx context.Context, id string, d *events.Delivery, req *events.ConfirmRequestedData) error {
-	if problem := confirmation.Validate(req); problem != "" {
-		// Nothing can be offered: answer it as an error with the safest
-		// choice so whoever waits is not left hanging.
-		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: confirmation.SafeChoice(req), Method: events.MethodError, By: Source, Reason: "invalid request: " + problem}, "error")
+	dec, err := decideRoute(r.cfg, id, req, d.Event.Time(), time.Now().UTC(), func(req *events.ConfirmRequestedData) (readmodel.Pref, bool) { return r.preference(ctx, req) })
+	for _, w := range dec.Warnings {
+		r.log.Warn(w, "confirm", id)
 	}
-	if req.Yes {
-		return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: confirmation.ProceedChoice(req), Method: events.MethodOverride, By: Source, Reason: "--yes override"}, "override")
-	}
-	rule, err := r.cfg.Rules.Match(req)
 	if err != nil {
-		r.log.Warn("rule failed; asking people", "confirm", id, "err", err)
+		return err
 	}
-	if rule != nil && !rule.Ask {
-		choice := rule.Answer
-		if choice == "proceed" && !hasOption(req, "proceed") {
-			choice = confirmation.ProceedChoice(req)
-		}
-		if hasOption(req, choice) {
-			return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: choice, Method: events.MethodMemory, By: Source, Reason: "rule: " + rule.Name}, "rule")
-		}
-		r.log.Warn("rule answer is not an option; asking people", "confirm", id, "rule", rule.Name, "answer", rule.Answer)
+	if dec.Answer != nil {
+		return r.answer(ctx, id, d.Seq, req, *dec.Answer, dec.Tag)
 	}
-	if rule == nil && req.LearnPreference {
-		if p, ok := r.preference(ctx, req); ok && hasOption(req, p.Choice) {
-			return r.answer(ctx, id, d.Seq, req, events.ConfirmAnsweredData{Choice: p.Choice, Method: events.MethodMemory, By: Source,
-				Reason: fmt.Sprintf("remembered choice %s (set by %s)", p.ID, p.By), LearnedFrom: p.LearnedFrom}, "memory")
-		}
-	}
-	deadline := r.cfg.Deadline(d.Event.Time(), req.TimeoutS)
-	var extra []events.Event
-	if req.AIAssist && req.Agent != "" {
-		del, err := events.NewEvent(events.ConfirmDelegated, id, id+"/delegated", Source, events.ConfirmDelegatedData{
-			Agent: req.Agent, RunID: req.RunID, Skill: req.Skill, Step: req.Step, Message: req.Message, Options: req.Options,
-			Default: confirmation.DefaultChoice(req), Deadline: deadline.UTC(), Context: req.Context,
-			Question: "Review the context and answer with `heed continue " + req.RunID + " --choice <value> --reason <why>`.",
-		})
-		if err != nil {
-			return err
-		}
-		extra = append(extra, del)
-	}
-	return r.scheduleDeadline(ctx, id, d.Seq, req, deadline, extra)
+	return r.scheduleDeadline(ctx, id, d.Seq, req, dec.Deadline, dec.Then)
 }
 
 // scheduleDeadline stores the deadline in the stream as a message
