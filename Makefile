@@ -8,7 +8,7 @@ DATA ?= .heed
 NATS_LISTEN ?= 127.0.0.1:4222
 FUZZTIME ?= 15s
 
-.PHONY: all build run test unit vet fmt-check staticcheck fuzz bench chaos deps clean
+.PHONY: all build run test test-fast unit vet fmt-check staticcheck modcheck fuzz bench chaos deps clean
 
 all: build
 
@@ -28,8 +28,17 @@ build:
 run: build
 	./bin/heed up --data $(DATA) --nats-listen $(NATS_LISTEN) --tools skills/tools.yaml
 
-## test: the whole suite, as CI runs it
-test: deps fmt-check vet staticcheck unit fuzz
+## test: the whole suite, as CI runs it: every tier (fast, integration,
+## long), vet, gofmt, staticcheck, modcheck and short fuzz runs
+test: deps fmt-check vet staticcheck modcheck unit fuzz
+
+## test-fast: the fast tier (unit and golden tests) and the integration
+## tier (real embedded nats-server, heed as a process), without the long
+## tier (the 1,000-run load test, the crash acceptance test, TestChaos,
+## TestImmediateContinue: they skip under -short); about 45 s on 2 cores.
+## Without -race, which takes it past a minute: make test runs -race.
+test-fast: deps
+	$(GO) test -short -count=1 -timeout 5m $(PKGS)
 
 deps:
 	@./tools/ci/deps.sh
@@ -46,6 +55,11 @@ fmt-check:
 
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
+
+## modcheck: every module of go.work builds and vets on its own
+## (GOWORK=off) and its go.mod and go.sum are tidy
+modcheck:
+	@GO=$(GO) ./tools/ci/modcheck.sh
 
 ## fuzz: a short run of every fuzz target (seed corpus in testdata/fuzz)
 fuzz:

@@ -33,6 +33,9 @@ summary: "chose {{ decision }}"
 // command about a run judges the run as its caller saw it (EVENTS.md,
 // Commands), so no continue may be refused and every run completes.
 func TestImmediateContinue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (1,000 runs, ~20 s): skipped by -short (make test-fast); make test and make unit run it")
+	}
 	const (
 		runs     = 1000
 		inFlight = 50

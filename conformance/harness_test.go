@@ -64,20 +64,26 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	heedBin = filepath.Join(dir, "heed")
-	build := exec.Command("go", "build", "-o", heedBin, "./tools/heed")
-	build.Dir = repoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build ./tools/heed:", err)
-		return 1
-	}
 	natsServerBin = filepath.Join(dir, "nats-server")
-	build = exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2")
-	build.Dir = filepath.Join(repoRoot, "events") // the module that requires it
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build nats-server:", err)
-		return 1
+	// Both at once: this is every conformance test's start-up time.
+	builds := []*exec.Cmd{
+		exec.Command("go", "build", "-o", heedBin, "./tools/heed"),
+		exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2"),
+	}
+	builds[0].Dir = repoRoot
+	builds[1].Dir = filepath.Join(repoRoot, "events") // the module that requires it
+	errs := make([]error, len(builds))
+	var wg sync.WaitGroup
+	for i, b := range builds {
+		b.Stdout, b.Stderr = os.Stderr, os.Stderr
+		wg.Go(func() { errs[i] = b.Run() })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", strings.Join(builds[i].Args, " "), err)
+			return 1
+		}
 	}
 	return m.Run()
 }

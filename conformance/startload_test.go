@@ -1,10 +1,12 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,6 +34,7 @@ func TestStartStaysAnswered(t *testing.T) {
 		startRun(t, h.nc, small, nil, "")
 	}
 	var slow sync.WaitGroup
+	var slowAnswered atomic.Int64
 	stop := make(chan struct{})
 	for i := range 10 {
 		slow.Add(1)
@@ -44,22 +47,41 @@ func TestStartStaysAnswered(t *testing.T) {
 				default:
 				}
 				_ = request(h.nc, "heed.cmd.run.start", map[string]any{"skill": map[string]any{"source": big(i*1000 + j)}, "requested_by": "load"}, nil)
+				slowAnswered.Add(1)
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // the slow ones are in flight
+	// The slow ones are in flight: the runner has answered one of them,
+	// so it is working through them, and its sender has its next one out.
+	checkFor(t, 60*time.Second, 5*time.Millisecond, func() error {
+		if slowAnswered.Load() == 0 {
+			return errors.New("no large start request answered yet")
+		}
+		return nil
+	})
 	var lat []time.Duration
 	for range 40 {
 		start := time.Now()
 		startRun(t, h.nc, small, nil, "")
 		lat = append(lat, time.Since(start))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the pace of the small starts: spread over the large ones' work
 	}
 	close(stop)
 	slow.Wait()
 	slices.Sort(lat)
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 	t.Logf("small starts while 10 large ones are in flight: p50 %s, p99 %s, max %s", p50, p99, lat[len(lat)-1])
+	if testing.Short() {
+		// make test-fast runs several packages at once on the same cores,
+		// so a start can wait for other tests' CPU: the short tier checks
+		// only what the cure is for (small starts queued behind large ones
+		// took about 1 s), on p90 so that one or two starts that lost the
+		// CPU do not fail it. make test and make unit check p99 50 ms.
+		if p90 := lat[len(lat)*9/10]; p90 > 250*time.Millisecond {
+			t.Errorf("p90 %s, want within 250 ms", p90)
+		}
+		return
+	}
 	if p99 > 50*time.Millisecond {
 		t.Errorf("p99 %s, want within 50 ms", p99)
 	}

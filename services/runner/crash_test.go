@@ -93,6 +93,9 @@ steps:
 // no step completes twice, and every interrupted step is called again with
 // the same idempotency key.
 func TestCrashAcceptance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (100 runs across a SIGKILL, ~20 s): skipped by -short (make test-fast); make test and make unit run it")
+	}
 	const runs, stepsPerRun = 100, 5
 	bin := buildRunner(t)
 	h := newHarness(t)

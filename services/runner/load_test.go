@@ -40,6 +40,9 @@ var loadSkill = func() string {
 // computed values) all complete with the result their own input gives,
 // and every tool step is called exactly once.
 func TestLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (1,000 runs, ~15 s): skipped by -short (make test-fast); make test and make unit run it")
+	}
 	runs := loadRuns()
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
