@@ -269,17 +269,40 @@ func checkRace(t *testing.T, h *heed, id, runID string, cmds []cmdResult, direct
 	return winner, wd
 }
 
-// checkNoDeadlineAction waits until well past the confirmation's deadline
-// and checks that the deadline did nothing: the answer that took effect
-// cancelled it.
+// checkNoDeadlineAction waits until the confirmation's deadline has passed
+// for the server and for heed, and checks that the deadline did nothing:
+// the answer that took effect cancelled it.
 func checkNoDeadlineAction(t *testing.T, h *heed, id string, deadline time.Time) {
 	t.Helper()
-	// The one wait-then-assert-absence in this suite: what must not happen
-	// is the deadline firing, which is not announced by any event if it
-	// was correctly cancelled, so the only way to see that it did not act
-	// is to let it pass (3 s of slack: the router turns a fired deadline
-	// into an event within milliseconds) and then read the log.
-	time.Sleep(time.Until(deadline.Add(3 * time.Second)))
+	// What must not happen is the deadline firing, which no event
+	// announces if it was correctly cancelled. So a witness: a question of
+	// its own, asked now with a deadline no earlier than this one's. The
+	// server fires due schedules in the order it stored them, so once
+	// heed has answered the witness at its deadline, this deadline has
+	// fired too, if it still could.
+	witness := id + "-witness"
+	var rep struct {
+		Deadline time.Time `json:"deadline"`
+	}
+	mustRequest(t, h.nc, "heed.cmd.confirm.request", map[string]any{
+		"id": witness, "title": "Witness", "message": "Has the deadline passed?",
+		"options": []map[string]any{{"label": "Proceed", "value": "proceed"}, {"label": "Cancel", "value": "cancel"}},
+		"default": "cancel", "timeout_s": max(time.Until(deadline).Seconds()+0.1, 1), "requester": agentName,
+	}, &rep)
+	if rep.Deadline.Before(deadline) {
+		t.Fatalf("the witness's deadline %v is before the deadline %v it is to follow", rep.Deadline, deadline)
+	}
+	checkFor(t, time.Until(rep.Deadline)+30*time.Second, 50*time.Millisecond, func() error {
+		for _, e := range streamMsgs(t, h.js, "heed.confirm."+witness+".answered") {
+			var d answeredData
+			e.decode(t, &d)
+			if d.Method == "timeout" {
+				return nil
+			}
+			t.Fatalf("the witness %s was answered, yet not by its deadline: %s", witness, e)
+		}
+		return fmt.Errorf("the witness %s is not answered yet (its deadline is %v)", witness, rep.Deadline)
+	})
 	if evs := streamMsgs(t, h.js, "heed.confirm."+id+".expired"); len(evs) > 0 {
 		t.Errorf("the confirmation was answered before its deadline, yet it expired: %v", evs)
 	}

@@ -291,10 +291,15 @@ func TestConsumeInvalidOutputPublishesNothing(t *testing.T) {
 	if s := c.Stats(); s.DeadLettered != 1 {
 		t.Fatalf("stats = %+v, want the input dead-lettered", s)
 	}
-	// Let any stray asynchronous publish land before counting.
-	time.Sleep(50 * time.Millisecond)
-	if n := streamCount(t, js, events.EventStream, "heed.run.>"); n != 0 {
-		t.Fatalf("%d outputs of a poisoned input were stored, want 0", n)
+	// The consumer publishes on bus's connection, and only before it
+	// dead-letters the input. A marker published on that same connection
+	// now is stored after anything it published (one connection, one
+	// stream: in order), so once the marker's publish is acknowledged the
+	// count is final.
+	marker := newEvent(t, events.RunResumed, "marker", "marker-1", resumedData)
+	publish(t, bus, marker)
+	if n := streamCount(t, js, events.EventStream, "heed.run.>"); n != 1 {
+		t.Fatalf("%d outputs of a poisoned input were stored, want 0", n-1)
 	}
 }
 
@@ -351,7 +356,12 @@ func TestDeliveryHold(t *testing.T) {
 
 	held := make(chan func([]events.Event, error), 1)
 	var calls atomic.Int32
-	c := consume(t, bus, events.ConsumerConfig{Name: "holder", Filters: []string{"heed.confirm.>"}}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+	// A short ack wait, so that the hold is seen to outlast it: a held
+	// delivery is kept in progress every third of the ack wait (at least
+	// every 50 ms), here every 100 ms.
+	const ackWait = 300 * time.Millisecond
+	progress := progressAcks(t, env, "holder")
+	c := consume(t, bus, events.ConsumerConfig{Name: "holder", Filters: []string{"heed.confirm.>"}, AckWait: ackWait}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
 		calls.Add(1)
 		done := d.Hold()
 		held <- done
@@ -365,16 +375,20 @@ func TestDeliveryHold(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler never ran")
 	}
-	// While held, the input stays unacknowledged and is not redelivered.
-	for range 5 {
-		ci := consumerInfo(t, js, "holder")
-		if ci.NumAckPending != 1 || ci.AckFloor.Stream >= seq {
-			t.Fatalf("while held: %d unacknowledged, ack floor %d; want 1 unacknowledged below seq %d", ci.NumAckPending, ci.AckFloor.Stream, seq)
-		}
-		if s := c.Stats(); s.Handled != 0 || s.Retried != 0 || s.DeadLettered != 0 {
-			t.Fatalf("while held: stats %+v, want all zero", s)
-		}
-		time.Sleep(40 * time.Millisecond)
+	// While held, the input stays unacknowledged and is not redelivered,
+	// well past the ack wait: wait until the consumer has told the server
+	// 4 times (over 400 ms, more than the 300 ms ack wait) that it is in
+	// progress, then look.
+	waitProgress(t, progress, 0, 4)
+	ci := consumerInfo(t, js, "holder")
+	if ci.NumAckPending != 1 || ci.AckFloor.Stream >= seq || ci.NumRedelivered != 0 {
+		t.Fatalf("while held: %d unacknowledged, %d redelivered, ack floor %d; want 1 unacknowledged below seq %d, none redelivered", ci.NumAckPending, ci.NumRedelivered, ci.AckFloor.Stream, seq)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("while held: handler called %d times, want 1", n)
+	}
+	if s := c.Stats(); s.Handled != 0 || s.Retried != 0 || s.DeadLettered != 0 {
+		t.Fatalf("while held: stats %+v, want all zero", s)
 	}
 
 	out, _ := events.NewEvent(events.RunResumed, "r1", "resume:answer:c1", testSource, resumedData)
@@ -564,6 +578,7 @@ func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
 	const maxDeliver = 3
 	calls := make(chan uint64, 16)
 	cfg := events.ConsumerConfig{Name: "crashy", MaxDeliver: maxDeliver, AckWait: 150 * time.Millisecond}
+	progress := progressAcks(t, env, "crashy")
 	handler := func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
 		d.Hold() // never finished: the process "dies" holding it
 		calls <- d.Delivered
@@ -584,8 +599,10 @@ func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
 			t.Fatalf("life %d: the input was not delivered", life)
 		}
 		// Held, it stays with this process past several ack waits: the
-		// consumer keeps telling the server it is in progress.
-		time.Sleep(500 * time.Millisecond)
+		// consumer keeps telling the server it is in progress (every 50 ms,
+		// a third of the ack wait); wait for 8 of those, over 400 ms, more
+		// than two ack waits.
+		waitProgress(t, progress, progress.Load(), 8)
 		if len(calls) != 0 || streamCount(t, js, events.DLQStream, ">") != 0 {
 			t.Fatalf("life %d: a held input was redelivered or dead-lettered while its process lived", life)
 		}

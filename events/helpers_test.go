@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,6 +185,41 @@ func consume(t testing.TB, bus *events.Bus, cfg events.ConsumerConfig, h events.
 	}
 	t.Cleanup(func() { stopConsumer(c) })
 	return c
+}
+
+// progressAcks counts the in-progress acknowledgements (+WPI) that the
+// consumer named name sends the server, as any subscriber on the
+// acknowledgement subjects sees them: the positive signal that a held
+// delivery is being kept alive, and that time passes for the server too.
+func progressAcks(t testing.TB, env *eventstest.Env, name string) *atomic.Int64 {
+	t.Helper()
+	nc := env.Conn(t)
+	var n atomic.Int64
+	// $JS.ACK.<stream>.<consumer>.… (or, with a domain and an account hash,
+	// $JS.ACK.<domain>.<account>.<stream>.<consumer>.…).
+	if _, err := nc.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
+		if string(m.Data) == "+WPI" && slices.Contains(strings.Split(m.Subject, "."), name) {
+			n.Add(1)
+		}
+	}); err != nil {
+		t.Fatalf("subscribe to acknowledgements: %v", err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	return &n
+}
+
+// waitProgress waits until acks has counted want more in-progress
+// acknowledgements than from.
+func waitProgress(t testing.TB, acks *atomic.Int64, from, want int64) {
+	t.Helper()
+	eventstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := acks.Load() - from; n < want {
+			return fmt.Errorf("%d in-progress acknowledgements, want %d", n, want)
+		}
+		return nil
+	})
 }
 
 func stopConsumer(c *events.Consumer) {

@@ -225,16 +225,15 @@ func alive(pid int) bool {
 func readPids(t testing.TB, file string) []int {
 	t.Helper()
 	var pids []int
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually(t, 10*time.Second, func() error {
+		pids = nil
 		b, err := os.ReadFile(file)
 		if err == nil && json.Unmarshal(b, &pids) == nil && len(pids) == 2 {
-			return pids
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the tool never wrote its pids to %s", file)
-	return nil
+		return fmt.Errorf("the tool has not written its two pids to %s", file)
+	})
+	return pids
 }
 
 // TestExecTimeoutKillsTheGroup: a tool past its timeout is killed with

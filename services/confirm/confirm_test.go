@@ -257,11 +257,80 @@ func waitAsked(t *testing.T, bus *events.Bus, id string) {
 		}
 		return nil
 	})
-	// The router decides before it schedules; give a stray answer a moment
-	// anyway, then look.
-	time.Sleep(100 * time.Millisecond)
+	// The router routes a request once: it answers it or schedules its
+	// deadline, publishes what it wrote and only then acknowledges the
+	// request. Once its consumer has acknowledged the request, only the
+	// deadline can answer it; look then.
+	req := lastOn(t, bus, "heed.confirm."+id+".requested")
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if ci := consumerInfo(t, bus, confirm.ConsumerName); ci.AckFloor.Stream < req.Sequence {
+			return fmt.Errorf("the router has not acknowledged the request of %s (seq %d; ack floor %d)", id, req.Sequence, ci.AckFloor.Stream)
+		}
+		return nil
+	})
 	if got := ofType(logOf(t, bus, "confirm", id), events.ConfirmAnswered); len(got) != 0 {
 		t.Fatalf("confirmation %s was answered without asking anyone: %s", id, got[0].Data())
+	}
+}
+
+// lastOn is the last message stored on subject in the event stream.
+func lastOn(t *testing.T, bus *events.Bus, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Second)
+	s, err := bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatalf("get %s: %v", subject, err)
+	}
+	return m
+}
+
+func consumerInfo(t *testing.T, bus *events.Bus, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Second)
+	c, err := bus.JetStream().Consumer(ctx, events.EventStream, name)
+	if err != nil {
+		t.Fatalf("consumer %s: %v", name, err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		t.Fatalf("consumer %s info: %v", name, err)
+	}
+	return ci
+}
+
+// waitRouterIdle waits until the router's durable consumers have nothing
+// pending and nothing unacknowledged. The router publishes what it writes
+// for an input before it acknowledges the input, so from then on it has
+// written all it ever will about what is in the log.
+func waitRouterIdle(t *testing.T, bus *events.Bus) {
+	t.Helper()
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, name := range []string{confirm.ConsumerName, confirm.AnswersConsumerName, confirm.DeadlineConsumerName} {
+			if ci := consumerInfo(t, bus, name); ci.NumPending != 0 || ci.NumAckPending != 0 {
+				return fmt.Errorf("consumer %s: %d pending, %d unacknowledged", name, ci.NumPending, ci.NumAckPending)
+			}
+		}
+		return nil
+	})
+}
+
+// witnessDeadline asks confirmation witness, with a deadline no earlier
+// than at, and waits until the router has answered it with its default at
+// that deadline. The server fires due schedules in the order it stored
+// them, so by then every deadline scheduled before the witness's and due
+// no later has fired: a deadline that has not fired by then never will.
+func witnessDeadline(t *testing.T, bus *events.Bus, witness string, at time.Time) {
+	t.Helper()
+	// The router's shortest deadline is 1 s (Config.MinTimeout).
+	timeout := max(time.Until(at)+100*time.Millisecond, time.Second)
+	ask(t, bus, witness, events.ConfirmRequestedData{TimeoutS: timeout.Seconds(), Default: "cancel"})
+	ev := waitFor(t, bus, witness, events.ConfirmAnswered, timeout+10*time.Second)
+	if a := decode[events.ConfirmAnsweredData](t, ev); a.Method != events.MethodTimeout {
+		t.Fatalf("the witness %s was answered %+v, want its default at its deadline", witness, a)
 	}
 }
 
@@ -539,17 +608,22 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		t.Fatalf("before the deadline the confirmation's log is %v, want only the request", types(evs))
 	}
 
-	// At 4 s, with no router: the stream has fired the deadline (a plain
+	// With no router, the stream fires the deadline at 2 s (a plain
 	// message on heed.schedule.fired.confirm.<id>, not an event), and
-	// nobody has answered.
-	time.Sleep(time.Until(t0.Add(4 * time.Second)))
+	// nobody answers.
+	var fired *jetstream.RawStreamMsg
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if fired = firedDeadline(t, bus, id); fired == nil {
+			return fmt.Errorf("the stream has not fired the deadline %s after the request", time.Since(t0).Round(time.Millisecond))
+		}
+		return nil
+	})
+	if d := fired.Time.Sub(t0); d < 2*time.Second {
+		t.Errorf("the deadline fired %s after the request, want 2 s", d)
+	}
 	evs := logOf(t, bus, "confirm", id)
 	if len(evs) != 1 {
-		t.Fatalf("with no router running, the confirmation's log at 4 s is %v, want only the request", types(evs))
-	}
-	fired := firedDeadline(t, bus, id)
-	if fired == nil {
-		t.Fatal("the stream has not fired the deadline at 4 s")
+		t.Fatalf("with no router running, the confirmation's log once the deadline fired is %v, want only the request", types(evs))
 	}
 	if fired.Header.Get("ce-specversion") != "" || fired.Header.Get("ce-type") != "" {
 		t.Errorf("the fired deadline looks like a CloudEvent: %v", fired.Header)
@@ -581,12 +655,16 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		t.Errorf("expired event time %s, want the time the deadline fired %s", at, fired.Time)
 	}
 	// Exactly once, even with the router running on (and a third one
-	// starting over the same durable consumer).
-	time.Sleep(500 * time.Millisecond)
+	// starting over the same durable consumers): the second router has
+	// acknowledged everything before it is killed, and the third applies a
+	// later deadline (so it has read past everything before it) and has
+	// acknowledged everything too, before the log is read.
+	waitRouterIdle(t, bus)
 	second.kill()
 	third := startRouterProc(t, bin, env.URL())
 	waitHealthy(t, nc, third)
-	time.Sleep(500 * time.Millisecond)
+	witnessDeadline(t, bus, id+"-witness", time.Now())
+	waitRouterIdle(t, bus)
 	evs = logOf(t, bus, "confirm", id)
 	if len(ofType(evs, events.ConfirmAnswered)) != 1 || len(ofType(evs, events.ConfirmExpired)) != 1 || len(evs) != 3 {
 		t.Fatalf("log of %s = %v; want requested, expired, answered once each", id, types(evs))
@@ -635,10 +713,16 @@ func TestAnswerBeforeDeadlineCancelsIt(t *testing.T) {
 	if _, ok := scheduled(t, bus, id); ok {
 		t.Errorf("the deadline is still scheduled after the answer")
 	}
-	time.Sleep(time.Until(t0.Add(3 * time.Second)))
+	// A witness whose deadline falls after this one's has been applied:
+	// had this deadline not been purged, it would have fired by then.
+	witnessDeadline(t, bus, id+"-witness", t0.Add(2*time.Second))
+	if fired := firedDeadline(t, bus, id); fired != nil {
+		t.Errorf("the deadline fired at %s although the answer purged it", fired.Time)
+	}
+	waitRouterIdle(t, bus)
 	evs := logOf(t, bus, "confirm", id)
 	if len(evs) != 2 || len(ofType(evs, events.ConfirmExpired)) != 0 {
-		t.Fatalf("log of %s at 3 s = %v; want requested and answered only (no expired)", id, types(evs))
+		t.Fatalf("log of %s after its deadline = %v; want requested and answered only (no expired)", id, types(evs))
 	}
 	if a := decode[events.ConfirmAnsweredData](t, evs[1]); a.Choice != "proceed" || a.By != "user:early" {
 		t.Errorf("answer = %+v", a)
