@@ -45,6 +45,11 @@ func TestNATSTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
+	// The server has the tool's subscription before anyone calls it
+	// (callers use other connections).
+	if err := server.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	reg, err := tool.Load("tools.yaml", []byte(`
 tools:
@@ -144,11 +149,17 @@ func TestNATSToolBadRequest(t *testing.T) {
 	env := eventstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	svc, err := tool.Serve(ctx, env.Conn(t), "echo", "echo", func(ctx context.Context, req tool.Request) (any, error) { return req.Args, nil })
+	server := env.Conn(t)
+	svc, err := tool.Serve(ctx, server, "echo", "echo", func(ctx context.Context, req tool.Request) (any, error) { return req.Args, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
+	// The server has the tool's subscription before the request below,
+	// which comes on another connection.
+	if err := server.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	m, err := env.Conn(t).RequestWithContext(ctx, "heed.tool.echo", []byte("not json"))
 	if err != nil {
 		t.Fatal(err)
