@@ -44,7 +44,11 @@ func Handler[Req any](ctx context.Context, v *events.Validator, subject string, 
 			defer cancel()
 			out, err := handle(ctx, v, subject, r.Data(), f)
 			if err != nil {
-				RespondError(r, err)
+				// Not r.Error: it records the error on the request, which
+				// micro reads as soon as the handler has returned, while
+				// this goroutine may still be writing (a data race).
+				code, desc, body := errorReply(err)
+				_ = r.Respond(body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
 				return
 			}
 			_ = r.RespondJSON(out)
@@ -67,6 +71,13 @@ func handle[Req any](ctx context.Context, v *events.Validator, subject string, b
 
 // RespondError sends err as a micro error reply.
 func RespondError(r micro.Request, err error) {
+	code, desc, body := errorReply(err)
+	_ = r.Error(code, desc, body)
+}
+
+// errorReply is err as a micro error reply: its code, its one-line
+// description and an ErrorReply body.
+func errorReply(err error) (code, desc string, body []byte) {
 	reply := ErrorReply{Code: events.CodeOf(err), Message: err.Error()}
 	var e *events.Error
 	if errors.As(err, &e) && e.Message != "" {
@@ -77,8 +88,8 @@ func RespondError(r micro.Request, err error) {
 		ref := a.AnswerRef()
 		reply.Answer = &ref
 	}
-	body, _ := json.Marshal(reply)
-	_ = r.Error(string(reply.Code), oneLine(reply.Message), body)
+	body, _ = json.Marshal(reply)
+	return string(reply.Code), oneLine(reply.Message), body
 }
 
 // DecodeReply reads a command's reply into out (nil: ignore the body). A

@@ -123,9 +123,8 @@ func replayHealing(t *testing.T, path string) []*events.Event {
 			log = append(log, &evs[i])
 		}
 	}
-	now := goldenStart
 	for i, h := range sc.History {
-		now = goldenStart.Add(time.Duration(i) * time.Second)
+		now := goldenStart.Add(time.Duration(i) * time.Second)
 		id, source := h.ID, h.Source
 		if id == "" {
 			id = fmt.Sprintf("%s/h%02d", goldenRun, i)

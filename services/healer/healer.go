@@ -29,8 +29,8 @@ const ConsumerName = "healer"
 // Config configures the healer service.
 type Config struct {
 	RulesFile string // patterns; "" uses DefaultRulesYAML
-	ToolsFile  string // the same tools file as the runner: fix tools run through it
-	Workers    int
+	ToolsFile string // the same tools file as the runner: fix tools run through it
+	Workers   int
 }
 
 type healer struct {

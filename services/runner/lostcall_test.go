@@ -21,6 +21,9 @@ import (
 // does not call it again on its own: it pauses the run and asks a person,
 // and calls it again only when told to.
 func TestNonIdempotentToolAsksBeforeCallingAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (a runner process killed and its delivery redelivered, ~10 s): skipped by -short (make test-fast); make test and make unit run it")
+	}
 	bin := buildRunner(t)
 	h := newHarness(t)
 	h.confirmRouter()

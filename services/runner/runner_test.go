@@ -129,7 +129,7 @@ func TestReleaseProd(t *testing.T) {
 			t.Errorf("run.paused = %+v", paused)
 		}
 		// Nothing moves while the question is open.
-		time.Sleep(300 * time.Millisecond)
+		h.consumerIdle(h.lastSeq()) // the runner has handled everything in the log: anything it would do is done
 		evs = h.runLog(id)
 		if got := steps(t, evs); !reflect.DeepEqual(got, allFour[:5]) {
 			t.Errorf("steps while paused: %v", got)
@@ -173,7 +173,7 @@ func TestReleaseProd(t *testing.T) {
 		if c.By != "user:alice" || c.Step != "confirm_release" || c.Index == nil || *c.Index != 2 || !strings.Contains(c.Reason, `"cancel" chosen`) {
 			t.Errorf("run.cancelled = %+v", c)
 		}
-		time.Sleep(200 * time.Millisecond)
+		h.consumerIdle(h.lastSeq()) // the runner has handled everything in the log: anything it would do is done
 		evs = h.runLog(id)
 		if got := steps(t, evs); !reflect.DeepEqual(got, allFour[:5]) {
 			t.Errorf("steps after cancel: %v", got)
@@ -308,6 +308,9 @@ func TestResumeAwaitsRetry(t *testing.T) {
 	if _, err := h.bus.JetStream().UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	// The server forgets ids after the (lowered) duplicate window: a timer
+	// of the server's, with nothing to wait on but the clock. Twice the
+	// window is enough.
 	time.Sleep(400 * time.Millisecond)
 
 	publish := func(typ events.Type, eventID string, data any) {
@@ -322,7 +325,6 @@ func TestResumeAwaitsRetry(t *testing.T) {
 	}
 	publish(events.RunResumed, "s0/a2/resumed", events.RunResumedData{Step: "check_image", Index: 0, Method: events.MethodAgent, By: "agent:test"})
 	h.consumerIdle(h.lastSeq())
-	time.Sleep(300 * time.Millisecond)
 	evs := h.runLog(id)
 	if n := len(ofType(evs, events.RunFailed)); n != 1 {
 		t.Fatalf("the resumed run was failed again (%d run.failed):\n%s", n, describe(evs))
@@ -406,7 +408,7 @@ func TestStepFlow(t *testing.T) {
 		if rf.Step != "call" || rf.Error.Message != "boom 3" {
 			t.Errorf("run.failed = %+v", rf)
 		}
-		time.Sleep(200 * time.Millisecond)
+		h.consumerIdle(h.lastSeq()) // the runner has handled everything in the log: anything it would do is done
 		if got := steps(t, h.runLog(id)); len(got) != len(want) {
 			t.Errorf("steps after the run failed: %v", got)
 		}
@@ -492,7 +494,7 @@ func TestStepFlow(t *testing.T) {
 		if sf.Error.Kind != "cancelled" || sf.Index != 0 {
 			t.Errorf("step.failed = %+v", sf)
 		}
-		time.Sleep(200 * time.Millisecond)
+		h.consumerIdle(h.lastSeq()) // the runner has handled everything in the log: anything it would do is done
 		if got := steps(t, h.runLog(id)); !reflect.DeepEqual(got, []string{"step.started:0/1", "step.failed:0/1"}) {
 			t.Errorf("steps after cancel: %v", got)
 		}
@@ -570,7 +572,6 @@ func TestAgentDrivenRun(t *testing.T) {
 	publish(run+"step.started", "heed.run.step.started", id, `{"step":"fix","index":1,"attempt":2,"kind":"tool","tool":"always_fails"}`)
 	last := publish(run+"step.started", "heed.run.step.started", id, `{"step":"extra","index":2,"attempt":1,"kind":"compute"}`)
 	h.consumerIdle(last)
-	time.Sleep(100 * time.Millisecond)
 
 	evs := h.runLog(id)
 	if len(evs) != 9 {
@@ -596,7 +597,6 @@ func TestAgentDrivenRun(t *testing.T) {
 	}
 	h.waitRun(id, 5*time.Second, "run.cancelled", hasType(events.RunCancelled))
 	h.consumerIdle(h.lastSeq())
-	time.Sleep(100 * time.Millisecond)
 	evs = h.runLog(id)
 	if len(evs) != 10 || events.Type(evs[9].Type()) != events.RunCancelled {
 		t.Errorf("after the cancel the run has:\n%s", describe(evs))
