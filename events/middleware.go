@@ -101,12 +101,33 @@ func (d *Delivery) isHeld() bool {
 // other conflicts included (an answer to a closed question stays refused).
 func RetryStale[T any](ctx context.Context, tries uint, op func() (T, error)) (T, error) {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.Multiplier = 2*time.Millisecond, 100*time.Millisecond, 2
+	b.InitialInterval, b.MaxInterval, b.Multiplier = time.Millisecond, 50*time.Millisecond, 2
 	return backoff.Retry(ctx, func() (T, error) {
 		v, err := op()
 		if err != nil && !errors.Is(err, ErrStaleRead) {
 			return v, backoff.Permanent(err)
 		}
 		return v, err
-	}, backoff.WithBackOff(b), backoff.WithMaxTries(tries), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithBackOff(&rereadAtOnce{next: b}), backoff.WithMaxTries(tries), backoff.WithMaxElapsedTime(0))
+}
+
+// rereadAtOnce retries the first lost race at once: what the winner
+// wrote is already in the log to read. Only a race lost again backs off
+// (with jitter), so that many racing writers spread out.
+type rereadAtOnce struct {
+	next  backoff.BackOff
+	tried bool
+}
+
+func (r *rereadAtOnce) NextBackOff() time.Duration {
+	if !r.tried {
+		r.tried = true
+		return 0
+	}
+	return r.next.NextBackOff()
+}
+
+func (r *rereadAtOnce) Reset() {
+	r.tried = false
+	r.next.Reset()
 }
