@@ -205,11 +205,189 @@ func TestProjectionReplayAndIdempotence(t *testing.T) {
 			t.Errorf("replay %s = %v, want %v", check.what, check.got, check.want)
 		}
 	}
+
+	// Repair: --apply swaps the rebuild in for the 4 damaged keys; a second
+	// replay finds nothing to say, and no scratch bucket is left behind.
+	fixed, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{})
+	if err != nil {
+		t.Fatalf("Replay apply: %v", err)
+	}
+	if fixed.Applied != 4 || fixed.Identical() || fixed.ReplayedTo != "" {
+		t.Errorf("apply = %+v, want 4 keys applied, the differences reported, no scratch bucket", fixed)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts4, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts4, want)
+	assertNoScratch(t, js)
+}
+
+// assertNoScratch checks that no replay scratch bucket is left.
+func assertNoScratch(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	for name := range js.KeyValueStoreNames(testCtx(t)).Name() {
+		if strings.HasSuffix(name, "_replay") {
+			t.Errorf("scratch bucket %s left behind", name)
+		}
+	}
+}
+
+func replayPlain(t *testing.T, bus *events.Bus, p events.Projection, topo events.Topology) *events.ReplayReport {
+	t.Helper()
+	rep, err := events.Replay(testCtx(t), bus, p, topo)
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	return rep
+}
+
+// TestReplayApplyWhileLive repairs a purged bucket while events keep
+// arriving and the live projector keeps writing: the apply's batch fails
+// whenever the projector wrote in between and is tried again, and the
+// result matches the log exactly.
+func TestReplayApplyWhileLive(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_live"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		publish(t, bus, newEvent(t, events.RunStepFailed, fmt.Sprintf("r%d", i%40), fmt.Sprintf("e%d", i), stepFailedData))
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	// The operator's mistake: the bucket purged.
+	ks, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep := replayPlain(t, bus, p, topo); len(rep.Missing) != 40 {
+		t.Fatalf("after the purge replay reports %d missing keys, want 40: %+v", len(rep.Missing), rep)
+	}
+	// Events keep arriving while the repair runs.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 200; i < 400; i++ {
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, fmt.Sprintf("r%d", i%50), fmt.Sprintf("e%d", i), stepFailedData)); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+		}
+	}()
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{Attempts: 50})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	t.Logf("apply: %d keys in %d attempts", rep.Applied, rep.Attempts)
+	<-done
+	waitIdle(t, js, events.ProjectorName(p))
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts, _ := readCounts(t, kv)
+	want := map[string]int{}
+	for i := range 400 {
+		if i < 200 {
+			want[fmt.Sprintf("r%d", i%40)]++
+		} else {
+			want[fmt.Sprintf("r%d", i%50)]++
+		}
+	}
+	assertCounts(t, "after the repair and the live events", counts, want)
+	assertNoScratch(t, js)
+}
+
+// deleteProjection keeps a key per open aggregate and deletes it when the
+// aggregate completes.
+type deleteProjection struct{}
+
+func (deleteProjection) Name() string      { return "open" }
+func (deleteProjection) Bucket() string    { return "test_open" }
+func (deleteProjection) Filters() []string { return []string{"heed.run.>"} }
+func (deleteProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	if events.Type(ev.Type()) == events.RunCompleted {
+		return s.Delete(ctx, "open."+ev.Subject())
+	}
+	return s.Put(ctx, "open."+ev.Subject(), map[string]string{"last": ev.ID()})
+}
+
+// TestProjectionDeleteLeavesNothing: a deleted key is gone from the bucket
+// (no tombstone value), its marker carries a TTL, and replay agrees.
+func TestProjectionDeleteLeavesNothing(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := deleteProjection{}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a1", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunStepFailed, "b", "b1", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunCompleted, "a", "a2", json.RawMessage(`{"summary":"ok"}`)))
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, ",") != "open.b" {
+		t.Errorf("keys = %v, want only open.b", keys)
+	}
+	// The purge marker is the only message left on the deleted key, and
+	// it expires.
+	s, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, "$KV."+p.Bucket()+".open.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get("KV-Operation") != "PURGE" || m.Header.Get(jetstream.MsgTTLHeader) != events.DeleteMarkerTTL.String() {
+		t.Errorf("the deleted key's last message has headers %v, want a purge marker with TTL %s", m.Header, events.DeleteMarkerTTL)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("bucket stream holds %d messages, want 2 (open.b and one marker)", info.State.Msgs)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() || rep.Keys != 1 {
+		t.Errorf("replay = %+v, want identical with 1 key", rep)
+	}
 }
 
 func replay(t *testing.T, bus *events.Bus, p events.Projection, topo events.Topology) *events.ReplayReport {
 	t.Helper()
-	rep, err := events.Replay(testCtx(t), bus, p, topo)
+	rep, err := events.Replay(testCtx(t), bus, p, topo, events.ReplayKeep{})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}

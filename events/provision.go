@@ -119,6 +119,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	return nil
 }
 
+// MaxValueSize bounds one value in a projection bucket: a projection that
+// grows a value past it fails loudly (its event is retried, then
+// dead-lettered) instead of growing without bound.
+const MaxValueSize = 1 << 20
+
 // ProvisionBucket creates or updates one KV bucket.
 func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b BucketSpec) error {
 	history := b.History
@@ -126,11 +131,15 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 		history = 1
 	}
 	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      b.Name,
-		Description: b.Description,
-		History:     history,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.replicas(),
+		Bucket:       b.Name,
+		Description:  b.Description,
+		History:      history,
+		Storage:      jetstream.FileStorage,
+		Replicas:     t.replicas(),
+		MaxValueSize: MaxValueSize,
+		// Per-message TTLs, so that the marker of a deleted key expires
+		// (DeleteMarkerTTL): deleted keys leave nothing behind.
+		LimitMarkerTTL: DeleteMarkerTTL,
 	})
 	if err != nil {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision bucket %s: %v", b.Name, err), Err: err}

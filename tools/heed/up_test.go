@@ -681,6 +681,54 @@ func TestAuditTailReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("replay --apply after a purge", func(t *testing.T) {
+		// The operator purges a projection's bucket: replay says it
+		// differs, --apply repairs it, a second replay finds nothing, and
+		// no scratch bucket is left.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "KV_heed_index")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := cli("replay")
+		if code != 1 || !strings.Contains(out, "DIFFERENT") || !strings.Contains(errOut, "--apply") {
+			t.Fatal(show([]string{"replay"}, out, errOut, code))
+		}
+		out, errOut, code = cli("replay", "--apply", "--json")
+		if code != 0 {
+			t.Fatal(show([]string{"replay", "--apply", "--json"}, out, errOut, code))
+		}
+		repaired := false
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rep map[string]any
+			if err := json.Unmarshal([]byte(l), &rep); err != nil {
+				t.Fatalf("replay --json line is not JSON: %v\n%s", err, l)
+			}
+			if _, ok := rep["projection"]; !ok {
+				t.Errorf("replay --json keys are not snake_case: %s", l)
+			}
+			if rep["bucket"] == "heed_index" && rep["applied"] != nil && rep["applied"].(float64) >= 1 {
+				repaired = true
+			}
+		}
+		if !repaired {
+			t.Errorf("replay --apply did not report the index repaired:\n%s", out)
+		}
+		out, errOut, code = cli("replay")
+		if code != 0 || strings.Contains(out, "DIFFERENT") {
+			t.Fatal(show([]string{"replay"}, out, errOut, code))
+		}
+		for name := range js.KeyValueStoreNames(ctx).Name() {
+			if strings.HasSuffix(name, "_replay") {
+				t.Errorf("scratch bucket %s left behind", name)
+			}
+		}
+	})
+
 	t.Run("events tail --all", func(t *testing.T) {
 		tail := startProc(t, "heed events tail", "--nats-url", h.url, "events", "tail", "--all")
 		tail.waitOutput("run.step.failed", 10*time.Second)
