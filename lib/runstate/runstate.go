@@ -22,6 +22,9 @@ const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusAbandoned: the run had no event for the runner's idle time
+	// (heed.run.abandoned). Like a completed or cancelled run it stays put.
+	StatusAbandoned = "abandoned"
 )
 
 // ChoiceOnError is what `continue` on a run awaiting its agent records: the
@@ -149,7 +152,7 @@ func (r *Run) Terminal() bool { return Terminal(r.Status) }
 // reopened by a retry; the others stay put.
 func Terminal(status string) bool {
 	switch status {
-	case StatusCompleted, StatusFailed, StatusCancelled:
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusAbandoned:
 		return true
 	}
 	return false
@@ -185,12 +188,12 @@ func (r *Run) HealRetries(index int) int {
 
 // NextStatus is a run's status after an event of type t, given its status
 // cur: the one state machine of a run's status, which the index shares.
-// Completed and cancelled runs stay put; a failed run is reopened only by
+// Completed, cancelled and abandoned runs stay put; a failed run is reopened only by
 // a retry (run.resumed, or a step.started of a new attempt); a step that
 // starts ends a pause.
 func NextStatus(cur string, t events.Type) string {
 	switch cur {
-	case StatusCompleted, StatusCancelled:
+	case StatusCompleted, StatusCancelled, StatusAbandoned:
 		return cur
 	case StatusFailed:
 		if t != events.RunResumed && t != events.RunStepStarted {
@@ -222,6 +225,8 @@ func NextStatus(cur string, t events.Type) string {
 		return StatusFailed
 	case events.RunCancelled:
 		return StatusCancelled
+	case events.RunAbandoned:
+		return StatusAbandoned
 	}
 	if cur == "" {
 		return StatusRunning // an agent's run may begin with any event
