@@ -37,14 +37,16 @@ type BucketSpec struct {
 	History     uint8
 }
 
-// DefaultTopology keeps the event log forever (it is the truth), dead
-// letters for 30 days, and drops duplicate ids seen within 10 minutes: long
-// enough to cover a crashed service's restart. Services never rely on the
-// window alone; they also check the log before acting.
+// DefaultTopology keeps the event log forever (it is the truth: replay
+// needs all of it), dead letters for 30 days and at most 1 GiB (a flood of
+// bad input drops the oldest, not the disk), and drops duplicate ids seen
+// within 10 minutes: long enough to cover a crashed service's restart.
+// Services never rely on the window alone; they also check the log before
+// acting.
 func DefaultTopology() Topology {
 	return Topology{
 		Events:   StreamSettings{MaxAge: 0, MaxBytes: -1, Duplicates: 10 * time.Minute},
-		DLQ:      StreamSettings{MaxAge: 30 * 24 * time.Hour, MaxBytes: -1, Duplicates: 10 * time.Minute},
+		DLQ:      StreamSettings{MaxAge: 30 * 24 * time.Hour, MaxBytes: 1 << 30, Duplicates: 10 * time.Minute},
 		Replicas: 1,
 	}
 }

@@ -6,8 +6,9 @@
 // is the writer's business; the shape of what it writes is this package's.
 //
 // Every value is stored in an envelope, {"seq": N, "value": {...}}: seq is
-// the log position of the last event that wrote it, and a deleted key is
-// {"seq": N, "deleted": true}. Read values with Decode.
+// the log position of the last event that wrote it. A deleted key is
+// purged (older buckets may hold {"seq": N, "deleted": true} tombstones,
+// which Decode reads as absent). Read values with Decode.
 package readmodel
 
 import (

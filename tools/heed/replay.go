@@ -67,7 +67,7 @@ inspection; without it no scratch bucket remains.`,
 				verdict := "identical"
 				switch {
 				case !rep.Identical() && apply:
-					verdict = fmt.Sprintf("REPAIRED (%d keys applied)", rep.Applied)
+					verdict = fmt.Sprintf("REPAIRED (%d %s changed)", rep.Applied, plural(rep.Applied, "key", "keys"))
 				case !rep.Identical():
 					verdict = "DIFFERENT"
 				}
@@ -103,4 +103,11 @@ func first(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("… %d more", len(s)-n))
 	}
 	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
