@@ -241,6 +241,7 @@ type ReplayOption interface{ replayOption(*replayOpts) }
 type replayOpts struct {
 	keep, apply bool
 	attempts    int
+	beforeApply func() // tests: runs between the comparison and the apply
 }
 
 // ReplayKeep writes the rebuild to <bucket>_replay and leaves it there for
@@ -337,6 +338,9 @@ func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology, opts ...
 			break
 		}
 		rep.Attempts = attempt
+		if o.beforeApply != nil {
+			o.beforeApply()
+		}
 		n, err := applyDiff(ctx, bus.js, p.Bucket(), cmp, mem)
 		rep.Applied += n
 		if err == nil {

@@ -423,3 +423,60 @@ func TestReplayWithoutProjectorIsUnavailable(t *testing.T) {
 		t.Fatalf("RunProjector on a missing bucket: err = %v, want %s", err, events.CodeUnavailable)
 	}
 }
+
+// TestReplayApplyRetriesWhenTheBucketMoved: a live projector's write
+// between the comparison and the apply makes the batch fail as a whole
+// (nothing of it is applied), and the apply compares again and succeeds.
+func TestReplayApplyRetriesWhenTheBucketMoved(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_moved"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		publish(t, bus, newEvent(t, events.RunStepFailed, fmt.Sprintf("m%d", i%3), fmt.Sprintf("m-e%d", i), stepFailedData))
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	name := events.ProjectorName(p)
+	waitIdle(t, js, name)
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "m1", []byte(`{"seq":1,"value":{"events":42}}`)); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	hook := events.ReplayBeforeApply(func() {
+		if moved > 0 {
+			return
+		}
+		moved++
+		// The live projector writes m2 after the comparison.
+		publish(t, bus, newEvent(t, events.RunStepFailed, "m2", "m-late", stepFailedData))
+		waitIdle(t, js, name)
+	})
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{}, hook)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if rep.Attempts != 2 || rep.Applied != 2 {
+		t.Errorf("apply = %+v; want 2 attempts (the first refused), 2 keys applied by the second", rep)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts, map[string]int{"m0": 2, "m1": 2, "m2": 3})
+}
