@@ -480,3 +480,44 @@ func TestReplayApplyRetriesWhenTheBucketMoved(t *testing.T) {
 	counts, _ := readCounts(t, kv)
 	assertCounts(t, "after apply", counts, map[string]int{"m0": 2, "m1": 2, "m2": 3})
 }
+
+// TestProvisionBucketUpgradesAnOldBucket: a bucket made before deleted
+// keys were purged (no per-message TTL, no marker TTL, tombstone values)
+// is updated in place by provisioning, keeps its keys, and then takes
+// deletes with expiring markers.
+func TestProvisionBucketUpgradesAnOldBucket(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx := testCtx(t)
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test_old", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "gone", []byte(`{"seq":3,"deleted":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "kept", []byte(`{"seq":4,"value":{"events":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: "test_old"}); err != nil {
+		t.Fatalf("provision over an old bucket: %v", err)
+	}
+	kv, err := js.KeyValue(ctx, "test_old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	if cfg.SubjectDeleteMarkerTTL != events.DeleteMarkerTTL || !cfg.AllowMsgTTL {
+		t.Errorf("the old bucket was not given per-message TTLs and the marker TTL: %+v", cfg)
+	}
+	if e, err := kv.Get(ctx, "kept"); err != nil || !strings.Contains(string(e.Value()), `"events":1`) {
+		t.Errorf("kept = %v, %v", e, err)
+	}
+	if err := kv.Purge(ctx, "kept", jetstream.PurgeTTL(events.DeleteMarkerTTL)); err != nil {
+		t.Errorf("a purge with a marker TTL on the upgraded bucket: %v", err)
+	}
+}
