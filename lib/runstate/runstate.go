@@ -124,6 +124,9 @@ type Run struct {
 	Attempts    map[int]map[int]*Attempt `json:"attempts,omitempty"` // step index → attempt number → attempt
 	Paused      *events.RunPausedData    `json:"paused,omitempty"`
 	Failure     *events.ErrorInfo        `json:"failure,omitempty"`
+	// Abandoned is why the run ended abandoned (no event for the runner's
+	// idle time).
+	Abandoned *events.RunAbandonedData `json:"abandoned,omitempty"`
 	// Recent are the last step outcomes, oldest first: the context an
 	// agent or a person gets with a question.
 	Recent  []Outcome `json:"recent,omitempty"`
@@ -259,6 +262,14 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 	}
 	data := ev.Data()
 	switch t {
+	case events.RunAbandoned:
+		if r.Status == StatusAbandoned && r.Abandoned == nil {
+			var d events.RunAbandonedData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return err
+			}
+			r.Abandoned = &d
+		}
 	case events.RunRequested:
 		var d events.RunRequestedData
 		if err := json.Unmarshal(data, &d); err != nil {

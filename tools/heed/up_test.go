@@ -775,3 +775,55 @@ func TestAuditTailReplay(t *testing.T) {
 		}
 	})
 }
+
+// TestAbandonedAgentRun: heed up --abandon-after ends an outside agent's
+// run that went quiet in the middle of a call: heed status says
+// abandoned, and the learner lets go of the call's shape.
+func TestAbandonedAgentRun(t *testing.T) {
+	t.Parallel()
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	p := startProc(t, "heed up", "up", "--data", t.TempDir(), "--nats-listen", listen, "--abandon-after", "2s", "--sweep-every", "200ms")
+	p.waitOutput("ready", 30*time.Second)
+	url := "nats://" + listen
+	_, js := connect(t, url)
+	const runID = "quiet-agent-run"
+	ev, err := events.NewEvent(events.RunStepStarted, runID, runID+"/s0", "agent/quiet", events.StepStartedData{Step: "push", Index: 0, Attempt: 1, Kind: "tool", Tool: "git", Args: map[string]any{"ref": "main"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := events.EncodeUnchecked(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, msg)
+	patterns := func() (bool, error) {
+		kv, err := js.KeyValue(ctxFor(t, 2*time.Second), readmodel.PatternsBucket)
+		if err != nil {
+			return false, err
+		}
+		_, err = kv.Get(ctxFor(t, 2*time.Second), "call."+runID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := patterns(); !ok {
+			return fmt.Errorf("no call.%s in heed_patterns (%v)", runID, err)
+		}
+		return nil
+	})
+	checkFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		out, errOut, code := runCLI(t, "--nats-url", url, "status", runID)
+		if code != 0 || !strings.Contains(out, "ABANDONED") || !strings.Contains(out, "abandoned: no event for") {
+			return fmt.Errorf("heed status: exit %d\n%s%s", code, out, errOut)
+		}
+		return nil
+	})
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := patterns(); ok || err != nil {
+			return fmt.Errorf("call.%s still in heed_patterns (%v)", runID, err)
+		}
+		return nil
+	})
+}
