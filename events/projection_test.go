@@ -521,3 +521,57 @@ func TestProvisionBucketUpgradesAnOldBucket(t *testing.T) {
 		t.Errorf("a purge with a marker TTL on the upgraded bucket: %v", err)
 	}
 }
+
+// TestReplayApplyManyKeys: more keys to change than one atomic batch may
+// hold go in guarded batches of MaxAtomicBatch, and all of them land.
+func TestReplayApplyManyKeys(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_many"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	n := events.MaxAtomicBatch*2 + 500
+	want := map[string]int{}
+	evs := make([]events.Event, 0, n)
+	for i := range n {
+		agg := fmt.Sprintf("k%d", i)
+		want[agg] = 1
+		evs = append(evs, *newEvent(t, events.RunStepFailed, agg, "many-"+agg, stepFailedData))
+	}
+	if err := bus.PublishAll(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	s, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if rep.Applied != n || len(rep.Missing) != n {
+		t.Errorf("applied %d keys (%d missing); want %d", rep.Applied, len(rep.Missing), n)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %d missing, %d extra, %d different", len(rep.Missing), len(rep.Extra), len(rep.Different))
+	}
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts, want)
+}
