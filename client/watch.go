@@ -57,7 +57,7 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 }
 
 // FollowRun calls fn for each event of a run in log order, from its first,
-// until fn says done, the run ends (completed, cancelled, or failed with
+// until fn says done, the run ends (completed, cancelled, abandoned, or failed with
 // nothing after it in the log: the ending event is passed to fn), or ctx
 // ends. A failure followed by a retry is not the end: a run can be retried
 // after it failed.
@@ -71,7 +71,7 @@ func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events
 			return done, err
 		}
 		switch events.Type(ev.Type()) {
-		case events.RunCompleted, events.RunCancelled:
+		case events.RunCompleted, events.RunCancelled, events.RunAbandoned:
 			return true, nil
 		case events.RunFailed:
 			return later == 0, nil
@@ -83,15 +83,16 @@ func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events
 // Outcome is how a run ended.
 type Outcome struct {
 	RunID  string
-	Status string // completed, failed, cancelled
+	Status string // completed, failed, cancelled, abandoned
 	Event  *events.Event
-	// Completed, Failed or Cancelled holds the ending event's data.
+	// Completed, Failed, Cancelled or Abandoned holds the ending event's data.
 	Completed *events.RunCompletedData
 	Failed    *events.RunFailedData
 	Cancelled *events.RunCancelledData
+	Abandoned *events.RunAbandonedData
 }
 
-// WaitRun waits until the run ends and returns how: completed, cancelled,
+// WaitRun waits until the run ends and returns how: completed, cancelled, abandoned,
 // or failed as the log stands (a failed run can be resumed by a retry; a
 // failure already followed by one is not an end).
 func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
@@ -114,6 +115,9 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
 		case events.RunCancelled:
 			out.Status, out.Cancelled = "cancelled", &events.RunCancelledData{}
 			err = json.Unmarshal(ev.Data(), out.Cancelled)
+		case events.RunAbandoned:
+			out.Status, out.Abandoned = "abandoned", &events.RunAbandonedData{}
+			err = json.Unmarshal(ev.Data(), out.Abandoned)
 		default:
 			return false, nil
 		}

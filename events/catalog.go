@@ -19,6 +19,7 @@ const (
 	RunCompleted     Type = "heed.run.completed"
 	RunFailed        Type = "heed.run.failed"
 	RunCancelled     Type = "heed.run.cancelled"
+	RunAbandoned     Type = "heed.run.abandoned"
 	RunWarning       Type = "heed.run.warning"
 )
 
@@ -78,6 +79,7 @@ var catalog = []TypeInfo{
 	{RunCompleted, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run finished successfully"},
 	{RunFailed, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run stopped on an error"},
 	{RunCancelled, []string{"runner", "agent"}, []string{"runner", "indexer"}, "a run was cancelled"},
+	{RunAbandoned, []string{"runner (its sweep)"}, []string{"runner", "indexer", "learner"}, "a run had no event for the idle time (runner --abandon-after) and ended; events after it change nothing"},
 	{RunWarning, []string{"runner"}, []string{"indexer", "cli"}, "a tool call matches an active learned failure pattern"},
 	{HealTriggered, []string{"healer"}, []string{"runner", "learner", "indexer"}, "the healer took up a failed step: classification and plan"},
 	{HealFixApplied, []string{"healer"}, []string{"learner", "indexer"}, "a fix ran (a login, a reconnect) or corrected args were computed"},

@@ -151,6 +151,17 @@ type RunCancelledData struct {
 	Index  *int   `json:"index,omitempty"`
 }
 
+// RunAbandonedData is heed.run.abandoned: the runner's sweep ends a run
+// (any driver) that had no event for its idle time.
+type RunAbandonedData struct {
+	Reason string `json:"reason"`
+	// LastEventID and LastEventAt are the run's last event before it was
+	// abandoned; IdleMS is how long the run had been quiet.
+	LastEventID string    `json:"last_event_id,omitempty"`
+	LastEventAt time.Time `json:"last_event_at,omitzero"`
+	IdleMS      float64   `json:"idle_ms"`
+}
+
 // Option is one answer a confirmation offers.
 type Option struct {
 	Label       string `json:"label"`
@@ -453,7 +464,7 @@ var dataTypes = map[Type]reflect.Type{
 	RunRequested: reflect.TypeFor[RunRequestedData](), RunStarted: reflect.TypeFor[RunStartedData](), RunStepStarted: reflect.TypeFor[StepStartedData](),
 	RunStepCompleted: reflect.TypeFor[StepCompletedData](), RunStepFailed: reflect.TypeFor[StepFailedData](), RunStepSkipped: reflect.TypeFor[StepSkippedData](),
 	RunPaused: reflect.TypeFor[RunPausedData](), RunResumed: reflect.TypeFor[RunResumedData](), RunCompleted: reflect.TypeFor[RunCompletedData](),
-	RunFailed: reflect.TypeFor[RunFailedData](), RunCancelled: reflect.TypeFor[RunCancelledData](), RunWarning: reflect.TypeFor[RunWarningData](),
+	RunFailed: reflect.TypeFor[RunFailedData](), RunCancelled: reflect.TypeFor[RunCancelledData](), RunAbandoned: reflect.TypeFor[RunAbandonedData](), RunWarning: reflect.TypeFor[RunWarningData](),
 	HealTriggered: reflect.TypeFor[HealTriggeredData](), HealFixApplied: reflect.TypeFor[HealFixAppliedData](), HealRetried: reflect.TypeFor[HealRetriedData](),
 	HealHealed: reflect.TypeFor[HealHealedData](), HealGaveUp: reflect.TypeFor[HealGaveUpData](), HealEscalated: reflect.TypeFor[HealEscalatedData](),
 	FixLearned: reflect.TypeFor[FixLearnedData](), FixForgotten: reflect.TypeFor[FixForgottenData](),

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Projection turns events into KV state. Apply must be deterministic: it
@@ -92,9 +95,33 @@ func (s *kvStore) Put(ctx context.Context, key string, v any) error {
 	return s.write(ctx, key, envelope{Seq: s.seq, Value: b})
 }
 
+// Delete removes key for real: a purge whose marker expires after
+// DeleteMarkerTTL (watchers see the removal meanwhile), so a deleted key
+// leaves nothing behind. A redelivered event that deleted a key finds it
+// absent, as the replay's rebuild does; deterministic Apply functions treat
+// an absent key the same either way.
 func (s *kvStore) Delete(ctx context.Context, key string) error {
-	return s.write(ctx, key, envelope{Seq: s.seq, Deleted: true})
+	seen, ok := s.seen[key]
+	if !ok {
+		if _, err := s.load(ctx, key); err != nil {
+			return err
+		}
+		seen = s.seen[key]
+	}
+	if seen.rev == 0 {
+		return nil // not there: never written, or removed already
+	}
+	if err := s.kv.Purge(ctx, key, jetstream.LastRevision(seen.rev), jetstream.PurgeTTL(DeleteMarkerTTL)); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err) // a concurrent writer: retry the event
+	}
+	s.seen[key] = kvSeen{}
+	return nil
 }
+
+// DeleteMarkerTTL is how long the marker of a deleted projection key stays
+// in its bucket (so that watchers, and readers that had the key, see it go)
+// before the server removes it.
+const DeleteMarkerTTL = time.Hour
 
 func (s *kvStore) write(ctx context.Context, key string, env envelope) error {
 	seen, ok := s.seen[key]
@@ -146,8 +173,17 @@ func (s *memStore) Put(_ context.Context, key string, v any) error {
 }
 
 func (s *memStore) Delete(_ context.Context, key string) error {
-	s.m[key] = envelope{Seq: s.seq, Deleted: true}
+	delete(s.m, key)
 	return nil
+}
+
+func (s *memStore) keys() []string {
+	keys := make([]string, 0, len(s.m))
+	for k := range s.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // ProjectorName is the durable consumer name of a projection.
@@ -175,28 +211,79 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 
 // ReplayReport says how a rebuilt projection compares with the live one.
 type ReplayReport struct {
-	Projection string
-	Bucket     string   // the live bucket
-	ReplayedTo string   // the fresh bucket holding the rebuild
-	Events     int      // valid events applied
-	Skipped    int      // messages the gate refuses (they are in the dead-letter stream)
-	Keys       int      // keys in the rebuild
-	Missing    []string // in the rebuild, not in the live bucket
-	Extra      []string // in the live bucket, not in the rebuild
-	Different  []string // in both, with different values
-	LastSeq    uint64
+	Projection string   `json:"projection"`
+	Bucket     string   `json:"bucket"`                // the live bucket
+	ReplayedTo string   `json:"replayed_to,omitempty"` // the bucket holding the rebuild, when kept (ReplayKeep)
+	Events     int      `json:"events"`                // valid events applied
+	Skipped    int      `json:"skipped"`               // messages the gate refuses (they are in the dead-letter stream)
+	Keys       int      `json:"keys"`                  // keys in the rebuild
+	Missing    []string `json:"missing,omitempty"`     // in the rebuild, not in the live bucket
+	Extra      []string `json:"extra,omitempty"`       // in the live bucket, not in the rebuild
+	Different  []string `json:"different,omitempty"`   // in both, with different values
+	LastSeq    uint64   `json:"last_seq"`
+	// Applied is how many live keys ReplayApply wrote or removed; after
+	// it the live bucket matches the rebuild (Missing, Extra and
+	// Different say what differed before).
+	Applied int `json:"applied,omitempty"`
+	// Attempts is how many times the apply was tried: a write of the live
+	// projector between the comparison and the apply makes it start again.
+	Attempts int `json:"attempts,omitempty"`
 }
 
-// Identical reports whether the live bucket matches the rebuild.
+// Identical reports whether the live bucket matched the rebuild.
 func (r *ReplayReport) Identical() bool {
 	return len(r.Missing) == 0 && len(r.Extra) == 0 && len(r.Different) == 0
 }
 
-// Replay rebuilds p from the log into a fresh bucket (<bucket>_replay,
-// recreated) and compares it with the live bucket once the live projector
-// has caught up with the same log position.
-func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology) (*ReplayReport, error) {
-	rep := &ReplayReport{Projection: p.Name(), Bucket: p.Bucket(), ReplayedTo: p.Bucket() + "_replay"}
+// ReplayOption changes what Replay does.
+type ReplayOption interface{ replayOption(*replayOpts) }
+
+type replayOpts struct {
+	keep, apply bool
+	attempts    int
+	beforeApply func() // tests: runs between the comparison and the apply
+}
+
+// ReplayKeep writes the rebuild to <bucket>_replay and leaves it there for
+// inspection. Without it no scratch bucket remains after Replay (one left
+// by an earlier replay is removed).
+type ReplayKeep struct{}
+
+func (ReplayKeep) replayOption(o *replayOpts) { o.keep = true }
+
+// ReplayApply swaps the rebuild in for the live keys that differ, in one
+// atomic batch on the bucket's stream, guarded by the stream's last
+// sequence: if the live projector (which keeps running) writes anything
+// between the comparison and the apply, the batch fails as a whole and
+// Replay catches up, compares and tries again. A reader sees the old state
+// or the new one, never a mix (up to MaxAtomicBatch keys; more are applied
+// in guarded batches of that size, each atomic).
+type ReplayApply struct {
+	Attempts int // how often to try before giving up; 0 is 10
+}
+
+func (a ReplayApply) replayOption(o *replayOpts) {
+	o.apply, o.attempts = true, a.Attempts
+	if o.attempts <= 0 {
+		o.attempts = 10
+	}
+}
+
+// MaxAtomicBatch is nats-server's default limit on the messages of one
+// atomic batch (jetstream.max_batch_size).
+const MaxAtomicBatch = 1000
+
+// Replay rebuilds p from the log in memory and compares it with the live
+// bucket once the live projector has caught up with the same log position.
+// With ReplayApply it then makes the live bucket equal to the rebuild; with
+// ReplayKeep it writes the rebuild to <bucket>_replay.
+func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology, opts ...ReplayOption) (*ReplayReport, error) {
+	var o replayOpts
+	for _, opt := range opts {
+		opt.replayOption(&o)
+	}
+	rep := &ReplayReport{Projection: p.Name(), Bucket: p.Bucket()}
+	scratch := p.Bucket() + "_replay"
 	mem := &memStore{m: make(map[string]envelope)}
 	var after uint64
 	apply := func(raw RawMsg) error {
@@ -216,81 +303,242 @@ func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology) (*Replay
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("bucket %s: %v", p.Bucket(), err), Err: err}
 	}
-	// Catch up, wait for the live projector to reach the same point, and
-	// go again if events arrived meanwhile.
-	for round := 0; ; round++ {
-		last, err := ReadLog(ctx, bus.js, EventStream, p.Filters(), after, apply)
+	var cmp *bucketDiff
+	for attempt := 1; ; attempt++ {
+		// Catch up, wait for the live projector to reach the same point, and
+		// go again if events arrived meanwhile. (Each attempt goes on from
+		// where the last one stopped.)
+		for round := 0; ; round++ {
+			last, err := ReadLog(ctx, bus.js, EventStream, p.Filters(), after, apply)
+			if err != nil {
+				return nil, err
+			}
+			after = last
+			if err := waitCaughtUp(ctx, bus.js, ProjectorName(p), last); err != nil {
+				return nil, err
+			}
+			s, err := bus.js.Stream(ctx, EventStream)
+			if err != nil {
+				return nil, err
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if info.State.LastSeq == last || round >= 5 {
+				break
+			}
+		}
+		rep.LastSeq = after
+		cmp, err = compareLive(ctx, bus.js, live, mem)
 		if err != nil {
 			return nil, err
 		}
-		after = last
-		if err := waitCaughtUp(ctx, bus.js, ProjectorName(p), last); err != nil {
-			return nil, err
-		}
-		s, err := bus.js.Stream(ctx, EventStream)
-		if err != nil {
-			return nil, err
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if info.State.LastSeq == last || round >= 5 {
+		if !o.apply || cmp.identical() {
 			break
 		}
-	}
-	rep.LastSeq = after
-	// Write the rebuild to a fresh bucket.
-	_ = bus.js.DeleteKeyValue(ctx, rep.ReplayedTo)
-	if err := ProvisionBucket(ctx, bus.js, topo, BucketSpec{Name: rep.ReplayedTo, Description: "rebuild of " + p.Bucket() + " by heed replay"}); err != nil {
-		return nil, err
-	}
-	fresh, err := bus.js.KeyValue(ctx, rep.ReplayedTo)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, 0, len(mem.m))
-	for k := range mem.m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b, _ := json.Marshal(mem.m[k])
-		if _, err := fresh.Put(ctx, k, b); err != nil {
-			return nil, fmt.Errorf("write rebuild %s: %w", k, err)
+		rep.Attempts = attempt
+		if o.beforeApply != nil {
+			o.beforeApply()
 		}
+		n, err := applyDiff(ctx, bus.js, p.Bucket(), cmp, mem)
+		rep.Applied += n
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errBucketMoved) || attempt >= o.attempts {
+			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("apply the rebuild of %s (attempt %d): %v", p.Bucket(), attempt, err), Err: err}
+		}
+		// The live projector wrote meanwhile: compare again from the top.
 	}
+	rep.Missing, rep.Extra, rep.Different = cmp.missing, cmp.extra, cmp.different
+	keys := mem.keys()
 	rep.Keys = len(keys)
-	// Compare.
-	liveKeys, err := live.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("list %s: %w", p.Bucket(), err)
+	// The scratch bucket: written only when asked for; one left behind by
+	// an earlier replay is removed.
+	if err := bus.js.DeleteKeyValue(ctx, scratch); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("remove %s: %w", scratch, err)
 	}
-	inLive := make(map[string]bool, len(liveKeys))
-	for _, k := range liveKeys {
-		inLive[k] = true
-		want, ok := mem.m[k]
-		if !ok {
-			rep.Extra = append(rep.Extra, k)
-			continue
+	if o.keep {
+		rep.ReplayedTo = scratch
+		if err := ProvisionBucket(ctx, bus.js, topo, BucketSpec{Name: scratch, Description: "rebuild of " + p.Bucket() + " by heed replay --keep"}); err != nil {
+			return nil, err
 		}
-		e, err := live.Get(ctx, k)
+		fresh, err := bus.js.KeyValue(ctx, scratch)
 		if err != nil {
-			return nil, fmt.Errorf("get %s: %w", k, err)
+			return nil, err
 		}
-		var got envelope
-		if err := json.Unmarshal(e.Value(), &got); err != nil || !sameEnvelope(got, want) {
-			rep.Different = append(rep.Different, k)
-		}
-	}
-	for _, k := range keys {
-		if !inLive[k] {
-			rep.Missing = append(rep.Missing, k)
+		for _, k := range keys {
+			b, _ := json.Marshal(mem.m[k])
+			if _, err := fresh.Put(ctx, k, b); err != nil {
+				return nil, fmt.Errorf("write rebuild %s: %w", k, err)
+			}
 		}
 	}
-	sort.Strings(rep.Extra)
-	sort.Strings(rep.Different)
 	return rep, nil
+}
+
+// bucketDiff is a live bucket compared with a rebuild, at the bucket
+// stream's sequence seq (nothing was written to the bucket while it was
+// read).
+type bucketDiff struct {
+	seq                       uint64
+	missing, extra, different []string
+}
+
+func (d *bucketDiff) identical() bool {
+	return len(d.missing) == 0 && len(d.extra) == 0 && len(d.different) == 0
+}
+
+// errBucketMoved: the live bucket was written while it was compared or
+// before the apply's batch was stored.
+var errBucketMoved = errors.New("the live bucket changed meanwhile")
+
+// compareLive compares the live bucket with the rebuild, reading until it
+// gets a reading no write interleaved with.
+func compareLive(ctx context.Context, js jetstream.JetStream, live jetstream.KeyValue, mem *memStore) (*bucketDiff, error) {
+	for try := 0; ; try++ {
+		before, err := kvLastSeq(ctx, js, live.Bucket())
+		if err != nil {
+			return nil, err
+		}
+		d := &bucketDiff{seq: before}
+		liveKeys, err := live.Keys(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, fmt.Errorf("list %s: %w", live.Bucket(), err)
+		}
+		inLive := make(map[string]bool, len(liveKeys))
+		for _, k := range liveKeys {
+			inLive[k] = true
+			want, ok := mem.m[k]
+			if !ok {
+				d.extra = append(d.extra, k)
+				continue
+			}
+			e, err := live.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				inLive[k] = false // removed since it was listed: the reading is redone below
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("get %s: %w", k, err)
+			}
+			var got envelope
+			if err := json.Unmarshal(e.Value(), &got); err != nil || !sameEnvelope(got, want) {
+				d.different = append(d.different, k)
+			}
+		}
+		for _, k := range mem.keys() {
+			if !inLive[k] {
+				d.missing = append(d.missing, k)
+			}
+		}
+		sort.Strings(d.extra)
+		sort.Strings(d.different)
+		after, err := kvLastSeq(ctx, js, live.Bucket())
+		if err != nil {
+			return nil, err
+		}
+		if after == before || try >= 20 {
+			return d, nil
+		}
+	}
+}
+
+// kvLastSeq is the last sequence of a bucket's stream.
+func kvLastSeq(ctx context.Context, js jetstream.JetStream, bucket string) (uint64, error) {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", bucket, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", bucket, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// applyDiff writes the rebuilt value of every missing and different key and
+// purges every extra one, in atomic batches: the first is guarded by the
+// sequence the comparison was made at, each next one by the previous
+// batch's. It returns how many keys it changed.
+func applyDiff(ctx context.Context, js jetstream.JetStream, bucket string, d *bucketDiff, mem *memStore) (int, error) {
+	if err := allowAtomic(ctx, js, bucket); err != nil {
+		return 0, err
+	}
+	var msgs []*nats.Msg
+	for _, k := range append(append([]string(nil), d.missing...), d.different...) {
+		b, _ := json.Marshal(mem.m[k])
+		msgs = append(msgs, &nats.Msg{Subject: "$KV." + bucket + "." + k, Data: b, Header: nats.Header{}})
+	}
+	for _, k := range d.extra {
+		m := &nats.Msg{Subject: "$KV." + bucket + "." + k, Header: nats.Header{}}
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set(jetstream.MsgTTLHeader, DeleteMarkerTTL.String())
+		msgs = append(msgs, m)
+	}
+	sort.Slice(msgs, func(i, j int) bool { return msgs[i].Subject < msgs[j].Subject })
+	seq, done := d.seq, 0
+	for len(msgs) > 0 {
+		chunk := msgs[:min(len(msgs), MaxAtomicBatch)]
+		msgs = msgs[len(chunk):]
+		bp, err := jetstreamext.NewBatchPublisher(js)
+		if err != nil {
+			return done, err
+		}
+		for i, m := range chunk {
+			var opts []jetstreamext.BatchMsgOpt
+			if i == 0 {
+				opts = append(opts, jetstreamext.WithBatchExpectLastSequence(seq))
+			}
+			if i == len(chunk)-1 {
+				ack, err := bp.CommitMsg(ctx, m, opts...)
+				if err != nil {
+					return done, batchErr(err)
+				}
+				seq = ack.Sequence
+				break
+			}
+			if err := bp.AddMsg(m, opts...); err != nil {
+				_ = bp.Discard()
+				return done, batchErr(err)
+			}
+		}
+		done += len(chunk)
+	}
+	return done, nil
+}
+
+// batchErr marks a failed expectation of the last sequence as the bucket
+// having moved on.
+func batchErr(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %v", errBucketMoved, err)
+	}
+	if strings.Contains(err.Error(), "last sequence mismatch") || strings.Contains(err.Error(), "wrong last sequence") {
+		return fmt.Errorf("%w: %v", errBucketMoved, err)
+	}
+	return err
+}
+
+// allowAtomic turns on atomic batch publishing on a bucket's stream (the
+// KV API does not set it; provisioning may reset it).
+func allowAtomic(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return nil
+	}
+	cfg.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("allow atomic batches on %s: %w", bucket, err)
+	}
+	return nil
 }
 
 func sameEnvelope(a, b envelope) bool {

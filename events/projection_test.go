@@ -205,11 +205,189 @@ func TestProjectionReplayAndIdempotence(t *testing.T) {
 			t.Errorf("replay %s = %v, want %v", check.what, check.got, check.want)
 		}
 	}
+
+	// Repair: --apply swaps the rebuild in for the 4 damaged keys; a second
+	// replay finds nothing to say, and no scratch bucket is left behind.
+	fixed, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{})
+	if err != nil {
+		t.Fatalf("Replay apply: %v", err)
+	}
+	if fixed.Applied != 4 || fixed.Identical() || fixed.ReplayedTo != "" {
+		t.Errorf("apply = %+v, want 4 keys applied, the differences reported, no scratch bucket", fixed)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts4, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts4, want)
+	assertNoScratch(t, js)
+}
+
+// assertNoScratch checks that no replay scratch bucket is left.
+func assertNoScratch(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	for name := range js.KeyValueStoreNames(testCtx(t)).Name() {
+		if strings.HasSuffix(name, "_replay") {
+			t.Errorf("scratch bucket %s left behind", name)
+		}
+	}
+}
+
+func replayPlain(t *testing.T, bus *events.Bus, p events.Projection, topo events.Topology) *events.ReplayReport {
+	t.Helper()
+	rep, err := events.Replay(testCtx(t), bus, p, topo)
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	return rep
+}
+
+// TestReplayApplyWhileLive repairs a purged bucket while events keep
+// arriving and the live projector keeps writing: the apply's batch fails
+// whenever the projector wrote in between and is tried again, and the
+// result matches the log exactly.
+func TestReplayApplyWhileLive(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_live"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		publish(t, bus, newEvent(t, events.RunStepFailed, fmt.Sprintf("r%d", i%40), fmt.Sprintf("e%d", i), stepFailedData))
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	// The operator's mistake: the bucket purged.
+	ks, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep := replayPlain(t, bus, p, topo); len(rep.Missing) != 40 {
+		t.Fatalf("after the purge replay reports %d missing keys, want 40: %+v", len(rep.Missing), rep)
+	}
+	// Events keep arriving while the repair runs.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 200; i < 400; i++ {
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, fmt.Sprintf("r%d", i%50), fmt.Sprintf("e%d", i), stepFailedData)); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+		}
+	}()
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{Attempts: 50})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	t.Logf("apply: %d keys in %d attempts", rep.Applied, rep.Attempts)
+	<-done
+	waitIdle(t, js, events.ProjectorName(p))
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts, _ := readCounts(t, kv)
+	want := map[string]int{}
+	for i := range 400 {
+		if i < 200 {
+			want[fmt.Sprintf("r%d", i%40)]++
+		} else {
+			want[fmt.Sprintf("r%d", i%50)]++
+		}
+	}
+	assertCounts(t, "after the repair and the live events", counts, want)
+	assertNoScratch(t, js)
+}
+
+// deleteProjection keeps a key per open aggregate and deletes it when the
+// aggregate completes.
+type deleteProjection struct{}
+
+func (deleteProjection) Name() string      { return "open" }
+func (deleteProjection) Bucket() string    { return "test_open" }
+func (deleteProjection) Filters() []string { return []string{"heed.run.>"} }
+func (deleteProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	if events.Type(ev.Type()) == events.RunCompleted {
+		return s.Delete(ctx, "open."+ev.Subject())
+	}
+	return s.Put(ctx, "open."+ev.Subject(), map[string]string{"last": ev.ID()})
+}
+
+// TestProjectionDeleteLeavesNothing: a deleted key is gone from the bucket
+// (no tombstone value), its marker carries a TTL, and replay agrees.
+func TestProjectionDeleteLeavesNothing(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := deleteProjection{}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a1", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunStepFailed, "b", "b1", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunCompleted, "a", "a2", json.RawMessage(`{"summary":"ok"}`)))
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, ",") != "open.b" {
+		t.Errorf("keys = %v, want only open.b", keys)
+	}
+	// The purge marker is the only message left on the deleted key, and
+	// it expires.
+	s, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, "$KV."+p.Bucket()+".open.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get("KV-Operation") != "PURGE" || m.Header.Get(jetstream.MsgTTLHeader) != events.DeleteMarkerTTL.String() {
+		t.Errorf("the deleted key's last message has headers %v, want a purge marker with TTL %s", m.Header, events.DeleteMarkerTTL)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("bucket stream holds %d messages, want 2 (open.b and one marker)", info.State.Msgs)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() || rep.Keys != 1 {
+		t.Errorf("replay = %+v, want identical with 1 key", rep)
+	}
 }
 
 func replay(t *testing.T, bus *events.Bus, p events.Projection, topo events.Topology) *events.ReplayReport {
 	t.Helper()
-	rep, err := events.Replay(testCtx(t), bus, p, topo)
+	rep, err := events.Replay(testCtx(t), bus, p, topo, events.ReplayKeep{})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -244,4 +422,156 @@ func TestReplayWithoutProjectorIsUnavailable(t *testing.T) {
 	if _, err := events.RunProjector(ctx, bus, countProjection{bucket: "no_such_bucket"}, nil); events.CodeOf(err) != events.CodeUnavailable {
 		t.Fatalf("RunProjector on a missing bucket: err = %v, want %s", err, events.CodeUnavailable)
 	}
+}
+
+// TestReplayApplyRetriesWhenTheBucketMoved: a live projector's write
+// between the comparison and the apply makes the batch fail as a whole
+// (nothing of it is applied), and the apply compares again and succeeds.
+func TestReplayApplyRetriesWhenTheBucketMoved(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_moved"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		publish(t, bus, newEvent(t, events.RunStepFailed, fmt.Sprintf("m%d", i%3), fmt.Sprintf("m-e%d", i), stepFailedData))
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	name := events.ProjectorName(p)
+	waitIdle(t, js, name)
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "m1", []byte(`{"seq":1,"value":{"events":42}}`)); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	hook := events.ReplayBeforeApply(func() {
+		if moved > 0 {
+			return
+		}
+		moved++
+		// The live projector writes m2 after the comparison.
+		publish(t, bus, newEvent(t, events.RunStepFailed, "m2", "m-late", stepFailedData))
+		waitIdle(t, js, name)
+	})
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{}, hook)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if rep.Attempts != 2 || rep.Applied != 2 {
+		t.Errorf("apply = %+v; want 2 attempts (the first refused), 2 keys applied by the second", rep)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %+v", rep)
+	}
+	counts, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts, map[string]int{"m0": 2, "m1": 2, "m2": 3})
+}
+
+// TestProvisionBucketUpgradesAnOldBucket: a bucket made before deleted
+// keys were purged (no per-message TTL, no marker TTL, tombstone values)
+// is updated in place by provisioning, keeps its keys, and then takes
+// deletes with expiring markers.
+func TestProvisionBucketUpgradesAnOldBucket(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx := testCtx(t)
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test_old", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "gone", []byte(`{"seq":3,"deleted":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "kept", []byte(`{"seq":4,"value":{"events":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: "test_old"}); err != nil {
+		t.Fatalf("provision over an old bucket: %v", err)
+	}
+	kv, err := js.KeyValue(ctx, "test_old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	if cfg.SubjectDeleteMarkerTTL != events.DeleteMarkerTTL || !cfg.AllowMsgTTL {
+		t.Errorf("the old bucket was not given per-message TTLs and the marker TTL: %+v", cfg)
+	}
+	if e, err := kv.Get(ctx, "kept"); err != nil || !strings.Contains(string(e.Value()), `"events":1`) {
+		t.Errorf("kept = %v, %v", e, err)
+	}
+	if err := kv.Purge(ctx, "kept", jetstream.PurgeTTL(events.DeleteMarkerTTL)); err != nil {
+		t.Errorf("a purge with a marker TTL on the upgraded bucket: %v", err)
+	}
+}
+
+// TestReplayApplyManyKeys: more keys to change than one atomic batch may
+// hold go in guarded batches of MaxAtomicBatch, and all of them land.
+func TestReplayApplyManyKeys(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := countProjection{bucket: "test_many"}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	n := events.MaxAtomicBatch*2 + 500
+	want := map[string]int{}
+	evs := make([]events.Event, 0, n)
+	for i := range n {
+		agg := fmt.Sprintf("k%d", i)
+		want[agg] = 1
+		evs = append(evs, *newEvent(t, events.RunStepFailed, agg, "many-"+agg, stepFailedData))
+	}
+	if err := bus.PublishAll(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	s, err := js.Stream(ctx, "KV_"+p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := events.Replay(ctx, bus, p, topo, events.ReplayApply{})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if rep.Applied != n || len(rep.Missing) != n {
+		t.Errorf("applied %d keys (%d missing); want %d", rep.Applied, len(rep.Missing), n)
+	}
+	if rep := replayPlain(t, bus, p, topo); !rep.Identical() {
+		t.Fatalf("replay after apply differs: %d missing, %d extra, %d different", len(rep.Missing), len(rep.Extra), len(rep.Different))
+	}
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, _ := readCounts(t, kv)
+	assertCounts(t, "after apply", counts, want)
 }

@@ -37,14 +37,16 @@ type BucketSpec struct {
 	History     uint8
 }
 
-// DefaultTopology keeps the event log forever (it is the truth), dead
-// letters for 30 days, and drops duplicate ids seen within 10 minutes: long
-// enough to cover a crashed service's restart. Services never rely on the
-// window alone; they also check the log before acting.
+// DefaultTopology keeps the event log forever (it is the truth: replay
+// needs all of it), dead letters for 30 days and at most 1 GiB (a flood of
+// bad input drops the oldest, not the disk), and drops duplicate ids seen
+// within 10 minutes: long enough to cover a crashed service's restart.
+// Services never rely on the window alone; they also check the log before
+// acting.
 func DefaultTopology() Topology {
 	return Topology{
 		Events:   StreamSettings{MaxAge: 0, MaxBytes: -1, Duplicates: 10 * time.Minute},
-		DLQ:      StreamSettings{MaxAge: 30 * 24 * time.Hour, MaxBytes: -1, Duplicates: 10 * time.Minute},
+		DLQ:      StreamSettings{MaxAge: 30 * 24 * time.Hour, MaxBytes: 1 << 30, Duplicates: 10 * time.Minute},
 		Replicas: 1,
 	}
 }
@@ -119,6 +121,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	return nil
 }
 
+// MaxValueSize bounds one value in a projection bucket: a projection that
+// grows a value past it fails loudly (its event is retried, then
+// dead-lettered) instead of growing without bound.
+const MaxValueSize = 1 << 20
+
 // ProvisionBucket creates or updates one KV bucket.
 func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b BucketSpec) error {
 	history := b.History
@@ -126,11 +133,15 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 		history = 1
 	}
 	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      b.Name,
-		Description: b.Description,
-		History:     history,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.replicas(),
+		Bucket:       b.Name,
+		Description:  b.Description,
+		History:      history,
+		Storage:      jetstream.FileStorage,
+		Replicas:     t.replicas(),
+		MaxValueSize: MaxValueSize,
+		// Per-message TTLs, so that the marker of a deleted key expires
+		// (DeleteMarkerTTL): deleted keys leave nothing behind.
+		LimitMarkerTTL: DeleteMarkerTTL,
 	})
 	if err != nil {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision bucket %s: %v", b.Name, err), Err: err}

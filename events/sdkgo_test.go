@@ -45,6 +45,7 @@ func samples() map[events.Type]any {
 		events.HealEscalated:    events.HealEscalatedData{Step: "check", Index: 0, Attempt: 1, Agent: "agent/js", Context: map[string]any{"error": "x"}},
 		events.FixLearned:       events.FixLearnedData{Tool: "quay_check", ErrorPattern: "manifest unknown", Description: "use the full sha", Source: events.FixFromAgent},
 		events.FixForgotten:     events.FixForgottenData{By: "user:alice"},
+		events.RunAbandoned:     events.RunAbandonedData{Reason: "no event for 48h0m0s", LastEventID: "r1/s0", LastEventAt: at, IdleMS: 172800000},
 		events.ConfirmRequested: events.ConfirmRequestedData{Message: "Release?", Options: opts, Requester: "heed/runner", RunID: "r1"},
 		events.ConfirmAnswered:  events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Channel: "cli"},
 		events.ConfirmExpired:   events.ConfirmExpiredData{Deadline: at, Default: "cancel"},

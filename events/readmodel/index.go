@@ -40,7 +40,7 @@ type IndexEntry struct {
 }
 
 // Index statuses. Runs: requested, running, paused, completed, failed,
-// cancelled. Confirmations: pending, delegated, expired, answered.
+// cancelled, abandoned. Confirmations: pending, delegated, expired, answered.
 // Preferences and fixes: active, forgotten.
 const (
 	StatusPending   = "pending"
@@ -52,7 +52,7 @@ const (
 // Terminal reports whether the aggregate has finished.
 func (e IndexEntry) Terminal() bool {
 	switch e.Status {
-	case "completed", "failed", "cancelled", StatusAnswered:
+	case "completed", "failed", "cancelled", "abandoned", StatusAnswered:
 		return true
 	}
 	return false

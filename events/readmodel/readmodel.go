@@ -6,8 +6,9 @@
 // is the writer's business; the shape of what it writes is this package's.
 //
 // Every value is stored in an envelope, {"seq": N, "value": {...}}: seq is
-// the log position of the last event that wrote it, and a deleted key is
-// {"seq": N, "deleted": true}. Read values with Decode.
+// the log position of the last event that wrote it. A deleted key is
+// purged (older buckets may hold {"seq": N, "deleted": true} tombstones,
+// which Decode reads as absent). Read values with Decode.
 package readmodel
 
 import (
@@ -43,7 +44,7 @@ var buckets = []BucketInfo{
 	{events.BucketSpec{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"}, "learner", "`<fix-id>` (`fix-` + 20 hex, see events.FixID)"},
 	{events.BucketSpec{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"}, "learner", "`failures`"},
 	{events.BucketSpec{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"}, "learner", "`op.<operation>.<scope>` (see DecisionKey); `req.<confirm-id>` and `run.<run-id>` hold the learner's working state"},
-	{events.BucketSpec{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"}, "learner", "`<pattern-id>` (`pat-` + 20 hex); `tool.<tool>` lists a tool's patterns; `call.<run-id>.<index>` holds a call's shape until its result"},
+	{events.BucketSpec{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"}, "learner", "`<pattern-id>` (`pat-` + 20 hex); `tool.<tool>` lists a tool's patterns; `call.<run-id>` holds the shapes of a run's calls until their results (removed with the last result, or when the run ends)"},
 }
 
 // Buckets lists every read-model bucket.

@@ -22,6 +22,9 @@ const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusAbandoned: the run had no event for the runner's idle time
+	// (heed.run.abandoned). Like a completed or cancelled run it stays put.
+	StatusAbandoned = "abandoned"
 )
 
 // ChoiceOnError is what `continue` on a run awaiting its agent records: the
@@ -121,6 +124,9 @@ type Run struct {
 	Attempts    map[int]map[int]*Attempt `json:"attempts,omitempty"` // step index → attempt number → attempt
 	Paused      *events.RunPausedData    `json:"paused,omitempty"`
 	Failure     *events.ErrorInfo        `json:"failure,omitempty"`
+	// Abandoned is why the run ended abandoned (no event for the runner's
+	// idle time).
+	Abandoned *events.RunAbandonedData `json:"abandoned,omitempty"`
 	// Recent are the last step outcomes, oldest first: the context an
 	// agent or a person gets with a question.
 	Recent  []Outcome `json:"recent,omitempty"`
@@ -149,7 +155,7 @@ func (r *Run) Terminal() bool { return Terminal(r.Status) }
 // reopened by a retry; the others stay put.
 func Terminal(status string) bool {
 	switch status {
-	case StatusCompleted, StatusFailed, StatusCancelled:
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusAbandoned:
 		return true
 	}
 	return false
@@ -185,12 +191,12 @@ func (r *Run) HealRetries(index int) int {
 
 // NextStatus is a run's status after an event of type t, given its status
 // cur: the one state machine of a run's status, which the index shares.
-// Completed and cancelled runs stay put; a failed run is reopened only by
+// Completed, cancelled and abandoned runs stay put; a failed run is reopened only by
 // a retry (run.resumed, or a step.started of a new attempt); a step that
 // starts ends a pause.
 func NextStatus(cur string, t events.Type) string {
 	switch cur {
-	case StatusCompleted, StatusCancelled:
+	case StatusCompleted, StatusCancelled, StatusAbandoned:
 		return cur
 	case StatusFailed:
 		if t != events.RunResumed && t != events.RunStepStarted {
@@ -222,6 +228,8 @@ func NextStatus(cur string, t events.Type) string {
 		return StatusFailed
 	case events.RunCancelled:
 		return StatusCancelled
+	case events.RunAbandoned:
+		return StatusAbandoned
 	}
 	if cur == "" {
 		return StatusRunning // an agent's run may begin with any event
@@ -254,6 +262,14 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 	}
 	data := ev.Data()
 	switch t {
+	case events.RunAbandoned:
+		if r.Status == StatusAbandoned && r.Abandoned == nil {
+			var d events.RunAbandonedData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return err
+			}
+			r.Abandoned = &d
+		}
 	case events.RunRequested:
 		var d events.RunRequestedData
 		if err := json.Unmarshal(data, &d); err != nil {

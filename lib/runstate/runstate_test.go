@@ -53,6 +53,11 @@ func TestNextStatus(t *testing.T) {
 		{runstate.StatusFailed, events.RunPaused, runstate.StatusFailed},
 		{runstate.StatusCompleted, events.RunResumed, runstate.StatusCompleted},
 		{runstate.StatusCancelled, events.RunStepStarted, runstate.StatusCancelled},
+		{runstate.StatusRunning, events.RunAbandoned, runstate.StatusAbandoned},
+		{runstate.StatusPaused, events.RunAbandoned, runstate.StatusAbandoned},
+		{runstate.StatusAbandoned, events.RunStepStarted, runstate.StatusAbandoned}, // a late event changes nothing
+		{runstate.StatusAbandoned, events.RunResumed, runstate.StatusAbandoned},
+		{runstate.StatusAbandoned, events.RunCompleted, runstate.StatusAbandoned},
 		{"", events.RunStepFailed, runstate.StatusRunning}, // an agent's run may begin anywhere
 		{runstate.StatusRunning, events.RunStepFailed, runstate.StatusRunning},
 	} {

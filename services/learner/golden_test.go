@@ -35,7 +35,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*.expected.json from the replay")
 
-// deleted stands for a key the projection deleted (a tombstone in the bucket).
+// deleted stands for a tombstone envelope ({"deleted": true}), which
+// projections no longer write (a deleted key is removed): none may appear.
 const deleted = "(deleted)"
 
 func goldenProjections() []events.Projection {
@@ -168,7 +169,7 @@ func replayGolden(t *testing.T, logPath, expectedPath string) {
 
 	got := map[string]map[string]any{}
 	for _, p := range goldenProjections() {
-		rep, err := events.Replay(ctx, bus, p, topo)
+		rep, err := events.Replay(ctx, bus, p, topo, events.ReplayKeep{})
 		if err != nil {
 			t.Fatalf("replay %s: %v", p.Name(), err)
 		}

@@ -136,7 +136,7 @@ func TestPatternConfidence(t *testing.T) {
 		} else {
 			apply(t, p, s, events.RunStepCompleted, run, at+time.Second, events.StepCompletedData{Step: "check", Index: 0, Attempt: 1})
 		}
-		if _, ok := s[fmt.Sprintf("call.%s.0", run)]; ok {
+		if _, ok := s["call."+run]; ok {
 			t.Errorf("the call's shape is kept after its result")
 		}
 	}
@@ -438,4 +438,49 @@ func keys(s mapStore) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestPatternCallsEndWithTheRun: the shapes of a run's open calls live in
+// one key that goes with the last result, or with the run's end when a
+// result never comes (an agent that went quiet, abandoned by the runner).
+func TestPatternCallsEndWithTheRun(t *testing.T) {
+	p := learner.PatternsProjection{}
+	s := mapStore{}
+	started := func(run string, index int) {
+		t.Helper()
+		apply(t, p, s, events.RunStepStarted, run, 0, events.StepStartedData{Step: fmt.Sprintf("s%d", index), Index: index, Attempt: 1, Kind: "tool", Tool: "quay_check", Args: map[string]any{"tag": "abc1234"}})
+	}
+	started("r1", 0)
+	started("r1", 1)
+	if _, ok := s["call.r1"]; !ok || len(s) != 1 {
+		t.Fatalf("store after two calls = %v, want one key call.r1", keys(s))
+	}
+	apply(t, p, s, events.RunStepCompleted, "r1", time.Second, events.StepCompletedData{Step: "s0", Index: 0, Attempt: 1})
+	if _, ok := s["call.r1"]; !ok {
+		t.Fatalf("call.r1 went with the first of two results")
+	}
+	apply(t, p, s, events.RunStepCompleted, "r1", 2*time.Second, events.StepCompletedData{Step: "s1", Index: 1, Attempt: 1})
+	if _, ok := s["call.r1"]; ok {
+		t.Errorf("call.r1 kept after the last result: %v", keys(s))
+	}
+	for _, end := range []events.Type{events.RunAbandoned, events.RunCancelled, events.RunFailed, events.RunCompleted} {
+		run := "r-" + strings.ReplaceAll(string(end), ".", "-")
+		started(run, 0)
+		var data any = events.RunAbandonedData{Reason: "quiet", IdleMS: 1}
+		switch end {
+		case events.RunCancelled:
+			data = events.RunCancelledData{By: "user:x"}
+		case events.RunFailed:
+			data = events.RunFailedData{Error: events.ErrorInfo{Message: "x"}}
+		case events.RunCompleted:
+			data = events.RunCompletedData{}
+		}
+		apply(t, p, s, end, run, time.Hour, data)
+		if _, ok := s["call."+run]; ok {
+			t.Errorf("the open call of a run that ended with %s is kept", end)
+		}
+	}
+	if len(s) != 0 {
+		t.Errorf("keys left: %v", keys(s))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/heedhq/heed/events"
@@ -19,12 +20,32 @@ type PatternsProjection struct{}
 func (PatternsProjection) Name() string   { return "patterns" }
 func (PatternsProjection) Bucket() string { return readmodel.PatternsBucket }
 func (PatternsProjection) Filters() []string {
-	return []string{"heed.run.*.step.started", "heed.run.*.step.failed", "heed.run.*.step.completed"}
+	return []string{
+		"heed.run.*.step.started", "heed.run.*.step.failed", "heed.run.*.step.completed",
+		// The end of a run lets go of its open calls' shapes.
+		"heed.run.*.completed", "heed.run.*.failed", "heed.run.*.cancelled", "heed.run.*.abandoned",
+	}
 }
 
 type callRef struct {
 	Tool   string            `json:"tool"`
 	Shapes map[string]string `json:"shapes"`
+}
+
+// openCalls are a run's calls awaiting their result, by step index: one key
+// per run, removed when the last result arrives or the run ends (every run
+// ends: the runner abandons one that goes quiet), so nothing is kept for a
+// call forever.
+type openCalls struct {
+	Calls map[string]callRef `json:"calls"`
+}
+
+func (o *openCalls) remove(ctx context.Context, s events.Store, key string, index int) error {
+	delete(o.Calls, strconv.Itoa(index))
+	if len(o.Calls) == 0 {
+		return s.Delete(ctx, key)
+	}
+	return s.Put(ctx, key, o)
 }
 
 // Apply classifies and extracts on failures, and learns confidence.
@@ -36,7 +57,15 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 			return nil
 		}
 		// Remember the call's shape until its result arrives.
-		return s.Put(ctx, callKey(ev.Subject(), d.Index), callRef{Tool: d.Tool, Shapes: readmodel.Shapes(d.Args)})
+		var open openCalls
+		if _, err := s.Get(ctx, callKey(ev.Subject()), &open); err != nil {
+			return err
+		}
+		if open.Calls == nil {
+			open.Calls = map[string]callRef{}
+		}
+		open.Calls[strconv.Itoa(d.Index)] = callRef{Tool: d.Tool, Shapes: readmodel.Shapes(d.Args)}
+		return s.Put(ctx, callKey(ev.Subject()), open)
 	case events.RunStepFailed:
 		var d events.StepFailedData
 		if json.Unmarshal(ev.Data(), &d) != nil || d.Tool == "" {
@@ -71,16 +100,26 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 		if err := s.Put(ctx, id, p); err != nil {
 			return err
 		}
-		return s.Delete(ctx, callKey(ev.Subject(), d.Index))
+		var open openCalls
+		if ok, err := s.Get(ctx, callKey(ev.Subject()), &open); err != nil || !ok {
+			return err
+		}
+		return open.remove(ctx, s, callKey(ev.Subject()), d.Index)
+	case events.RunCompleted, events.RunFailed, events.RunCancelled, events.RunAbandoned:
+		return s.Delete(ctx, callKey(ev.Subject()))
 	case events.RunStepCompleted:
 		var d events.StepCompletedData
 		if json.Unmarshal(ev.Data(), &d) != nil {
 			return nil
 		}
-		var c callRef
-		ok, err := s.Get(ctx, callKey(ev.Subject(), d.Index), &c)
+		var open openCalls
+		ok, err := s.Get(ctx, callKey(ev.Subject()), &open)
 		if err != nil || !ok {
 			return err
+		}
+		c, ok := open.Calls[strconv.Itoa(d.Index)]
+		if !ok {
+			return nil
 		}
 		// A success of the same call shape weakens every pattern of that shape.
 		// (Only patterns recorded under the tool's keys are visited: the
@@ -101,7 +140,7 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 				return err
 			}
 		}
-		return s.Delete(ctx, callKey(ev.Subject(), d.Index))
+		return open.remove(ctx, s, callKey(ev.Subject()), d.Index)
 	}
 	return nil
 }
@@ -110,8 +149,8 @@ type toolIndex struct {
 	IDs []string `json:"ids"`
 }
 
-// callKey holds a call's shape between start and result.
-func callKey(run string, index int) string { return fmt.Sprintf("call.%s.%d", run, index) }
+// callKey holds a run's open calls' shapes between start and result.
+func callKey(run string) string { return "call." + run }
 
 // PatternID names a pattern.
 func PatternID(tool, signature string, shapes map[string]string) string {

@@ -158,7 +158,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		if json.Unmarshal(d.Event.Data(), &ref) == nil {
 			e.stopTimer(flightKey(id, ref.Index, ref.Attempt))
 		}
-	case events.RunCancelled:
+	case events.RunCancelled, events.RunAbandoned:
 		e.cancelFlights(id)
 	case events.RunStepCompleted, events.RunStepFailed:
 		var ref struct {

@@ -42,7 +42,16 @@ type Config struct {
 	// been quiet for SweepQuiet (sweep.go). Defaults 15s and 30s; a
 	// negative SweepEvery turns the sweep off.
 	SweepEvery, SweepQuiet time.Duration
+	// AbandonAfter is how long a run (any driver, an outside agent's too)
+	// may have no event before the sweep ends it with heed.run.abandoned.
+	// Default DefaultAbandonAfter; negative never abandons a run.
+	AbandonAfter time.Duration
 }
+
+// DefaultAbandonAfter is twice the longest confirmation deadline (24h), so
+// a run waiting for an answer is answered (by its deadline's default, at
+// the latest) long before it could count as abandoned.
+const DefaultAbandonAfter = 48 * time.Hour
 
 func (c *Config) defaults() {
 	if c.Workers <= 0 {
@@ -68,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.SweepQuiet <= 0 {
 		c.SweepQuiet = 30 * time.Second
+	}
+	if c.AbandonAfter == 0 {
+		c.AbandonAfter = DefaultAbandonAfter
 	}
 }
 
@@ -129,6 +141,9 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	}
 	if cfg.SweepEvery > 0 {
 		go eng.sweepLoop(ctx, cfg.SweepEvery, cfg.SweepQuiet)
+		if cfg.AbandonAfter > 0 {
+			go eng.abandonLoop(ctx, abandonEvery(cfg.SweepEvery, cfg.AbandonAfter), cfg.AbandonAfter)
+		}
 	}
 	rt.AddCheck("runner", func() any {
 		eng.mu.Lock()

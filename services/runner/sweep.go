@@ -234,3 +234,125 @@ func sweepEvents(r *runstate.Run, dec Decision, now time.Time, callLimit time.Du
 	}
 	return nil
 }
+
+// Abandoned runs: a run with no event for AbandonAfter — whoever drives
+// it, an outside agent that went quiet included — ends with
+// heed.run.abandoned, so no run stays active forever and what the learner
+// keeps for a run's open calls is let go. The event has the id
+// <run>/abandoned and is written only if the run's last sequence is still
+// the one the decision was made on: an event that arrives meanwhile wins
+// cleanly, and the run is judged again later. Events after it are kept in
+// the log, as after a completed or cancelled run, and change nothing: the
+// run's status stays abandoned and the runner does not act on it.
+
+// abandonEvery is how often the runner looks for abandoned runs: a tenth of
+// the idle time, between the sweep's period and an hour.
+func abandonEvery(sweepEvery, idle time.Duration) time.Duration {
+	return min(max(idle/10, sweepEvery), time.Hour)
+}
+
+// abandonLoop ends idle runs until ctx ends.
+func (e *engine) abandonLoop(ctx context.Context, every, idle time.Duration) {
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := e.abandonIdle(ctx, idle)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("looking for abandoned runs failed; will try again", "err", err)
+		}
+		if n > 0 {
+			e.log.Info("abandoned idle runs", "runs", n, "idle", idle)
+		}
+		t.Reset(every)
+	}
+}
+
+// abandonIdle ends every run that has been idle for idle: the runs the
+// index says are not over and whose last event is that old, and the runs
+// this runner has cached. Each is read again from the log and decided on
+// (abandonEvent).
+func (e *engine) abandonIdle(ctx context.Context, idle time.Duration) (int, error) {
+	ids := map[string]bool{}
+	e.mu.Lock()
+	for id := range e.runs {
+		ids[id] = true
+	}
+	e.mu.Unlock()
+	now := time.Now().UTC()
+	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return 0, err
+	}
+	if kv != nil {
+		lister, err := kv.ListKeysFiltered(ctx, "run.>")
+		if err != nil {
+			return 0, err
+		}
+		for k := range lister.Keys() {
+			entry, err := kv.Get(ctx, k)
+			if err != nil {
+				continue
+			}
+			var x readmodel.IndexEntry
+			if readmodel.Decode(entry.Value(), &x) && !x.Terminal() && now.Sub(x.Last.Time) >= idle {
+				ids[x.ID] = true
+			}
+		}
+	}
+	n := 0
+	for id := range ids {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		r, err := runstate.Load(ctx, e.bus, id, e.skills)
+		if err != nil {
+			e.log.Warn("reading a run to judge it idle failed", "run", id, "err", err)
+			continue
+		}
+		ev := abandonEvent(r, time.Now().UTC(), idle)
+		if ev == nil {
+			continue
+		}
+		if err := e.publishGuarded(ctx, r, []events.Event{*ev}); err != nil {
+			if !errors.Is(err, events.ErrStaleRead) {
+				e.log.Warn("abandoning an idle run failed", "run", id, "err", err)
+			}
+			continue // an event arrived meanwhile: the run is not idle
+		}
+		e.forget(id)
+		e.log.Info("run abandoned", "run", id, "last_event", r.LastID, "last_at", r.LastAt)
+		n++
+	}
+	return n, nil
+}
+
+// abandonEvent is the decision: the heed.run.abandoned that a run idle
+// since its last event (at r.LastAt) gets at now, or nil. Runs that are
+// over (a failed run included: it waits for a retry, not for time) and
+// runs with no stored event are left alone.
+func abandonEvent(r *runstate.Run, now time.Time, idle time.Duration) *events.Event {
+	if idle <= 0 || r.LastSeq == 0 || r.LastAt.IsZero() || r.Terminal() {
+		return nil
+	}
+	quiet := now.Sub(r.LastAt)
+	if quiet < idle {
+		return nil
+	}
+	ev, err := events.NewEvent(events.RunAbandoned, r.ID, r.ID+"/abandoned", Source, events.RunAbandonedData{
+		Reason:      fmt.Sprintf("no event for %s, longer than the runner's idle limit (%s); the last was %s", quiet.Truncate(time.Second), idle, r.LastID),
+		LastEventID: r.LastID,
+		LastEventAt: r.LastAt.UTC(),
+		IdleMS:      float64(quiet.Milliseconds()),
+	})
+	if err != nil {
+		return nil
+	}
+	ev.SetTime(now)
+	ev.SetExtension("causationid", r.LastID)
+	return &ev
+}

@@ -131,7 +131,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many")
-	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (running, paused, completed, failed, cancelled)")
+	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (requested, running, paused, completed, failed, cancelled, abandoned)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
 }

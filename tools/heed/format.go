@@ -87,6 +87,8 @@ func summarize(ev *events.Event) string {
 	case events.RunCancelled:
 		add("by ", s("by"))
 		add("", s("reason"))
+	case events.RunAbandoned:
+		add("", s("reason"))
 	case events.ConfirmRequested:
 		add("", truncate(firstLine(s("message")), 100))
 		add("run ", s("run_id"))

@@ -17,14 +17,23 @@ func projections() []events.Projection {
 }
 
 func newReplayCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, apply, keep bool
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "Rebuild every KV projection from the log into fresh buckets and compare with the live ones",
-		Long: `Rebuild every KV projection from the event log into a fresh bucket
-(<bucket>_replay, recreated each time) and compare it, key by key, with the
-live bucket once the live projector has caught up. Exit status 1 if any
-projection differs.`,
+		Short: "Rebuild every KV projection from the log, compare with the live buckets, and repair them with --apply",
+		Long: `Rebuild every KV projection from the event log (in memory) and compare
+it, key by key, with the live bucket once the live projector has caught up.
+Exit status 1 if any projection differs.
+
+--apply swaps the rebuild in for the live keys that differ (writes the
+missing and different ones, removes the extra ones) in one atomic batch per
+bucket, guarded by the bucket's last sequence: a reader sees the old state
+or the new, never a mix, and if the live projector (which keeps running)
+writes meanwhile, the apply compares again and retries. Exit status 0 once
+every bucket matches the log.
+
+--keep also writes each rebuild to <bucket>_replay and leaves it there for
+inspection; without it no scratch bucket remains.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -33,14 +42,21 @@ projection differs.`,
 				return err
 			}
 			defer c.close()
+			var opts []events.ReplayOption
+			if apply {
+				opts = append(opts, events.ReplayApply{})
+			}
+			if keep {
+				opts = append(opts, events.ReplayKeep{})
+			}
 			out := cmd.OutOrStdout()
 			differ := 0
 			for _, p := range projections() {
-				rep, err := events.Replay(ctx, c.Bus(), p, events.DefaultTopology())
+				rep, err := events.Replay(ctx, c.Bus(), p, events.DefaultTopology(), opts...)
 				if err != nil {
 					return fmt.Errorf("replay %s: %w", p.Name(), err)
 				}
-				if !rep.Identical() {
+				if !rep.Identical() && !apply {
 					differ++
 				}
 				if asJSON {
@@ -49,11 +65,18 @@ projection differs.`,
 					continue
 				}
 				verdict := "identical"
-				if !rep.Identical() {
+				switch {
+				case !rep.Identical() && apply:
+					verdict = fmt.Sprintf("REPAIRED (%d %s changed)", rep.Applied, plural(rep.Applied, "key", "keys"))
+				case !rep.Identical():
 					verdict = "DIFFERENT"
 				}
-				fmt.Fprintf(out, "%-10s %s: %d events (%d rejected) up to seq %d → %d keys in %s: %s\n",
-					rep.Projection, rep.Bucket, rep.Events, rep.Skipped, rep.LastSeq, rep.Keys, rep.ReplayedTo, verdict)
+				where := ""
+				if rep.ReplayedTo != "" {
+					where = " in " + rep.ReplayedTo
+				}
+				fmt.Fprintf(out, "%-10s %s: %d events (%d rejected) up to seq %d → %d keys%s: %s\n",
+					rep.Projection, rep.Bucket, rep.Events, rep.Skipped, rep.LastSeq, rep.Keys, where, verdict)
 				show := func(label string, keys []string) {
 					if len(keys) > 0 {
 						fmt.Fprintf(out, "  %s (%d): %s\n", label, len(keys), strings.Join(first(keys, 20), ", "))
@@ -64,12 +87,14 @@ projection differs.`,
 				show("different", rep.Different)
 			}
 			if differ > 0 {
-				return &exitError{code: 1, msg: fmt.Sprintf("%d projection(s) differ from the log", differ)}
+				return &exitError{code: 1, msg: fmt.Sprintf("%d projection(s) differ from the log (heed replay --apply repairs them)", differ)}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON report per projection")
+	cmd.Flags().BoolVar(&apply, "apply", false, "repair: swap the rebuilt keys in for the differing live ones, atomically per bucket")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep each rebuild in <bucket>_replay for inspection")
 	return cmd
 }
 
@@ -78,4 +103,11 @@ func first(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("… %d more", len(s)-n))
 	}
 	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

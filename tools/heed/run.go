@@ -24,6 +24,7 @@ const (
 	exitFailed    = 1
 	exitUsage     = 2
 	exitCancelled = 3
+	exitAbandoned = 4
 )
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -38,7 +39,8 @@ each step as it happens (a live line on a terminal, plain lines when piped)
 and waits for the run to end. At a confirm step it shows the question; answer
 it here or from anywhere with 'heed confirm answer'.
 
-Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled.`,
+Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
+4 abandoned (no event for the runner's idle time).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -276,6 +278,10 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		p.current = ""
 		p.line("run cancelled by %s: %s", str("by"), str("reason"))
 		return exitCancelled, true
+	case events.RunAbandoned:
+		p.current = ""
+		p.line("run abandoned: %s", str("reason"))
+		return exitAbandoned, true
 	}
 	return 0, false
 }

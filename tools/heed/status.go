@@ -83,7 +83,10 @@ func printRunState(out io.Writer, r *runstate.Run) {
 			}
 		}
 	}
-	if r.Paused != nil {
+	if r.Abandoned != nil {
+		fmt.Fprintf(out, "abandoned: %s\n", truncate(r.Abandoned.Reason, 200))
+	}
+	if r.Paused != nil && !r.Terminal() {
 		what := r.Paused.Reason
 		if r.Paused.ConfirmID != "" {
 			what += " " + r.Paused.ConfirmID

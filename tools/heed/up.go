@@ -32,7 +32,7 @@ func landedServices(o upOptions) []struct {
 	}{
 		{"indexer", indexer.Run},
 		{"runner", func(ctx context.Context, rt *service.Runtime) error {
-			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile, SweepEvery: o.sweepEvery, SweepQuiet: o.sweepQuiet})
+			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile, SweepEvery: o.sweepEvery, SweepQuiet: o.sweepQuiet, AbandonAfter: o.abandonAfter})
 		}},
 		{"confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 			return confirm.Run(ctx, rt, confirm.Config{RulesFile: o.rulesFile})
@@ -62,7 +62,7 @@ func defaultDataDir() string {
 func newUpCmd(g *globals) *cobra.Command {
 	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig string
 	var replicas int
-	var sweepEvery, sweepQuiet time.Duration
+	var sweepEvery, sweepQuiet, abandonAfter time.Duration
 	var syncAlways bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -77,7 +77,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
-				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, syncAlways: syncAlways,
+				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -92,6 +92,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
 	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
+	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
 	return cmd
 }
 
@@ -99,7 +100,7 @@ type upOptions struct {
 	dataDir, listen, natsURL, natsConfig string
 	toolsFile, rulesFile, healerConfig   string
 	replicas                             int
-	sweepEvery, sweepQuiet               time.Duration
+	sweepEvery, sweepQuiet, abandonAfter time.Duration
 	syncAlways                           bool
 }
 

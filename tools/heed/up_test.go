@@ -681,6 +681,54 @@ func TestAuditTailReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("replay --apply after a purge", func(t *testing.T) {
+		// The operator purges a projection's bucket: replay says it
+		// differs, --apply repairs it, a second replay finds nothing, and
+		// no scratch bucket is left.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "KV_heed_index")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := cli("replay")
+		if code != 1 || !strings.Contains(out, "DIFFERENT") || !strings.Contains(errOut, "--apply") {
+			t.Fatal(show([]string{"replay"}, out, errOut, code))
+		}
+		out, errOut, code = cli("replay", "--apply", "--json")
+		if code != 0 {
+			t.Fatal(show([]string{"replay", "--apply", "--json"}, out, errOut, code))
+		}
+		repaired := false
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rep map[string]any
+			if err := json.Unmarshal([]byte(l), &rep); err != nil {
+				t.Fatalf("replay --json line is not JSON: %v\n%s", err, l)
+			}
+			if _, ok := rep["projection"]; !ok {
+				t.Errorf("replay --json keys are not snake_case: %s", l)
+			}
+			if rep["bucket"] == "heed_index" && rep["applied"] != nil && rep["applied"].(float64) >= 1 {
+				repaired = true
+			}
+		}
+		if !repaired {
+			t.Errorf("replay --apply did not report the index repaired:\n%s", out)
+		}
+		out, errOut, code = cli("replay")
+		if code != 0 || strings.Contains(out, "DIFFERENT") {
+			t.Fatal(show([]string{"replay"}, out, errOut, code))
+		}
+		for name := range js.KeyValueStoreNames(ctx).Name() {
+			if strings.HasSuffix(name, "_replay") {
+				t.Errorf("scratch bucket %s left behind", name)
+			}
+		}
+	})
+
 	t.Run("events tail --all", func(t *testing.T) {
 		tail := startProc(t, "heed events tail", "--nats-url", h.url, "events", "tail", "--all")
 		tail.waitOutput("run.step.failed", 10*time.Second)
@@ -725,5 +773,57 @@ func TestAuditTailReplay(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "cannot reach NATS") {
 			t.Error(show([]string{"--nats-url", url, "audit", runID}, out, errOut, code))
 		}
+	})
+}
+
+// TestAbandonedAgentRun: heed up --abandon-after ends an outside agent's
+// run that went quiet in the middle of a call: heed status says
+// abandoned, and the learner lets go of the call's shape.
+func TestAbandonedAgentRun(t *testing.T) {
+	t.Parallel()
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	p := startProc(t, "heed up", "up", "--data", t.TempDir(), "--nats-listen", listen, "--abandon-after", "2s", "--sweep-every", "200ms")
+	p.waitOutput("ready", 30*time.Second)
+	url := "nats://" + listen
+	_, js := connect(t, url)
+	const runID = "quiet-agent-run"
+	ev, err := events.NewEvent(events.RunStepStarted, runID, runID+"/s0", "agent/quiet", events.StepStartedData{Step: "push", Index: 0, Attempt: 1, Kind: "tool", Tool: "git", Args: map[string]any{"ref": "main"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := events.EncodeUnchecked(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, msg)
+	patterns := func() (bool, error) {
+		kv, err := js.KeyValue(ctxFor(t, 2*time.Second), readmodel.PatternsBucket)
+		if err != nil {
+			return false, err
+		}
+		_, err = kv.Get(ctxFor(t, 2*time.Second), "call."+runID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := patterns(); !ok {
+			return fmt.Errorf("no call.%s in heed_patterns (%v)", runID, err)
+		}
+		return nil
+	})
+	checkFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		out, errOut, code := runCLI(t, "--nats-url", url, "status", runID)
+		if code != 0 || !strings.Contains(out, "ABANDONED") || !strings.Contains(out, "abandoned: no event for") {
+			return fmt.Errorf("heed status: exit %d\n%s%s", code, out, errOut)
+		}
+		return nil
+	})
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := patterns(); ok || err != nil {
+			return fmt.Errorf("call.%s still in heed_patterns (%v)", runID, err)
+		}
+		return nil
 	})
 }

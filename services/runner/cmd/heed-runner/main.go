@@ -18,6 +18,7 @@ func main() {
 		fs.IntVar(&cfg.Workers, "workers", 16, "goroutines driving runs")
 		fs.DurationVar(&cfg.SweepEvery, "sweep-every", 15*time.Second, "how often to reconcile runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
 		fs.DurationVar(&cfg.SweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
+		fs.DurationVar(&cfg.AbandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
 		return func(ctx context.Context, rt *service.Runtime) error { return runner.Run(ctx, rt, cfg) }
 	})
 }
