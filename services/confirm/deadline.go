@@ -82,6 +82,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 			st, err := confirmation.Load(ctx, r.bus, id)
 			if err != nil {
 				if events.CodeOf(err) == events.CodeNotFound {
+					r.m.DeadlineFired(false)
 					return struct{}{}, nil
 				}
 				return struct{}{}, err
@@ -89,6 +90,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 			v = deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
 		}
 		if !v.open || v.expired {
+			r.m.DeadlineFired(false)
 			return struct{}{}, nil
 		}
 		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: v.dflt, RunID: v.runID})
@@ -99,6 +101,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 		if _, err := r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq}); err != nil {
 			return struct{}{}, err
 		}
+		r.m.DeadlineFired(true)
 		r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
 		return struct{}{}, nil
 	})
