@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Config configures the embedded server.
@@ -107,12 +108,17 @@ func Start(o Config) (*Server, error) {
 		// Only the system account is configured, so the global account
 		// ($G) stays the one JetStream account: a data directory from
 		// before keeps its streams (they live under jetstream/$G).
+		// bcrypt: the server keeps no plain password (and says so if it does).
+		hash, err := bcrypt.GenerateFromPassword([]byte(o.SystemPassword), bcrypt.DefaultCost)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: system password: %w", err)
+		}
 		sys := server.NewAccount("SYS")
 		opts.Accounts = []*server.Account{sys}
 		opts.SystemAccount = sys.Name
 		opts.Users = []*server.User{
 			{Username: NoAuthUser}, // no account: the global account
-			{Username: SystemUser, Password: o.SystemPassword, Account: sys},
+			{Username: SystemUser, Password: string(hash), Account: sys},
 		}
 		opts.NoAuthUser = NoAuthUser
 	}
