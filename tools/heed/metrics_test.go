@@ -20,6 +20,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/embedded"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 const probeTools = `tools:
@@ -279,3 +280,83 @@ func TestMetricsMoveUnderLoad(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestHealthWhenDurableDeleted deletes the index projection's durable (as
+// `nats consumer rm` does) while events flow: within seconds `heed status`
+// says the indexer is degraded and why, and exits 1; then the durable is
+// back and it exits 0; and the index equals a rebuild from the log
+// (`heed replay`): nothing was lost.
+func TestHealthWhenDurableDeleted(t *testing.T) {
+	t.Parallel()
+	h := startHeed(t, t.TempDir(), freePort(t))
+	_, js := connect(t, h.url)
+	status := func() (string, int) {
+		out, errOut, code := runCLI(t, "--nats-url", h.url, "status")
+		return out + errOut, code
+	}
+	if out, code := status(); code != 0 {
+		t.Fatalf("heed status before: exit %d\n%s", code, out)
+	}
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n++
+			if _, err := js.PublishMsg(context.Background(), rawStepFailedMsg(fmt.Sprintf("flow-%d", n), fmt.Sprintf("flow-%d-e", n))); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond) // a steady flow, not a flood
+		}
+	}()
+	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if _, err := indexEntryErr(js, "run.flow-20"); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err := js.DeleteConsumer(ctxFor(t, 5*time.Second), events.EventStream, "proj-index"); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		out, code := status()
+		if code == 0 || !strings.Contains(out, "proj-index") || !strings.Contains(out, "DEGRADED") {
+			return fmt.Errorf("heed status: exit %d\n%s", code, out)
+		}
+		return nil
+	})
+	checkFor(t, 30*time.Second, 250*time.Millisecond, func() error {
+		out, code := status()
+		if code != 0 {
+			return fmt.Errorf("heed status: exit %d\n%s", code, out)
+		}
+		return nil
+	})
+	close(stop)
+	n := <-done
+	waitIndexed(t, js, fmt.Sprintf("flow-%d", n), 1, fmt.Sprintf("flow-%d-e", n))
+	out, errOut, code := runCLI(t, "--nats-url", h.url, "replay")
+	if code != 0 {
+		t.Fatalf("heed replay after the durable was recreated: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func indexEntryErr(js jetstream.JetStream, key string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "heed_index")
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
+}
