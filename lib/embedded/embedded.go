@@ -108,8 +108,10 @@ func Start(o Config) (*Server, error) {
 		// Only the system account is configured, so the global account
 		// ($G) stays the one JetStream account: a data directory from
 		// before keeps its streams (they live under jetstream/$G).
-		// bcrypt: the server keeps no plain password (and says so if it does).
-		hash, err := bcrypt.GenerateFromPassword([]byte(o.SystemPassword), bcrypt.DefaultCost)
+		// bcrypt: the server keeps no plain password (and warns if it does).
+		// The lowest cost: heed's password is random (see heed up), so the
+		// hash's cost adds nothing, while every login pays it.
+		hash, err := bcrypt.GenerateFromPassword([]byte(o.SystemPassword), bcrypt.MinCost)
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats: system password: %w", err)
 		}
