@@ -25,7 +25,7 @@ func TestHealthDegradedOnLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	rt.SetHealthConfig(service.HealthConfig{LagThreshold: 5, PollEvery: time.Hour})
+	rt.SetHealthConfig(service.HealthConfig{LagThreshold: 5, PollEvery: time.Hour, StallAfter: time.Hour})
 	gate := make(chan struct{})
 	c, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{Name: "slow", Filters: []string{"heed.run.>"}, MaxAckPending: 1, Logger: rt.Log},
 		func(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
@@ -79,4 +79,53 @@ func TestHealthDegradedOnLag(t *testing.T) {
 	if !found {
 		t.Error("no heed_consumer_lag series")
 	}
+}
+
+// TestHealthDegradedWhenStalled: a consumer with events waiting whose
+// delivered position does not move for StallAfter is reported stopped.
+func TestHealthDegradedWhenStalled(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, err := service.Connect(ctx, "staller", env.URL(), eventstest.Logger(t), events.DefaultTopology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	rt.SetHealthConfig(service.HealthConfig{PollEvery: time.Hour, StallAfter: 200 * time.Millisecond})
+	gate := make(chan struct{})
+	c, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{Name: "stuck", Filters: []string{"heed.run.>"}, MaxAckPending: 1, Logger: rt.Log},
+		func(ctx context.Context, d *events.Delivery) ([]events.Event, error) {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(context.Background())
+	defer close(gate)
+	for i := range 3 {
+		ev, err := events.NewEvent(events.RunStarted, fmt.Sprintf("stall-%d", i), fmt.Sprintf("stall-%d/started", i), "test", map[string]string{"skill": "s", "driver": "agent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Bus.Publish(ctx, &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.PollConsumers(ctx)
+	if h := rt.Health(); h.Status != service.StatusOK {
+		t.Fatalf("health at once: %s %q", h.Status, h.Reasons)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		rt.PollConsumers(ctx)
+		h := rt.Health()
+		if h.Status != service.StatusDegraded || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "stuck has taken no event") || !strings.Contains(h.Reasons[0], "stopped") {
+			return fmt.Errorf("health: %s %q", h.Status, h.Reasons)
+		}
+		return nil
+	})
 }
