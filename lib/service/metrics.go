@@ -56,7 +56,7 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 func NewMetrics(name string) *Metrics {
 	reg := prometheus.NewRegistry()
 	r := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
-	f := promauto(r)
+	f := newFactory(r)
 	m := &Metrics{
 		Registry:     reg,
 		published:    f.counter("heed_events_published_total", "Events this service wrote to the log (acknowledged by the stream), by type.", "type"),
@@ -82,7 +82,7 @@ func NewMetrics(name string) *Metrics {
 
 type factory struct{ r prometheus.Registerer }
 
-func promauto(r prometheus.Registerer) factory { return factory{r} }
+func newFactory(r prometheus.Registerer) factory { return factory{r} }
 
 func (f factory) counter(name, help string, labels ...string) *prometheus.CounterVec {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
