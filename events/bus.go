@@ -17,6 +17,7 @@ type Bus struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	codec *Codec
+	obs   Observer // nil: none (see SetObserver)
 }
 
 // NewBus returns a bus over nc that validates every event with codec.
@@ -80,6 +81,9 @@ func (b *Bus) Publish(ctx context.Context, ev *Event, opts ...PublishOption) (*j
 	if err != nil {
 		return nil, classifyPublishError(msg.Subject, err)
 	}
+	if b.obs != nil {
+		b.obs.Published(ev.Type())
+	}
 	return ack, nil
 }
 
@@ -96,6 +100,10 @@ func (b *Bus) PublishAsync(ev *Event, opts ...PublishOption) (jetstream.PubAckFu
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		return nil, classifyPublishError(msg.Subject, err)
+	}
+	if b.obs != nil {
+		// Counted when sent: waiting for the ack would cost a goroutine.
+		b.obs.Published(ev.Type())
 	}
 	return f, nil
 }
@@ -134,6 +142,11 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 			return classifyPublishError(SubjectOf(&evs[i]), err)
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	if b.obs != nil {
+		for i := range evs {
+			b.obs.Published(evs[i].Type())
 		}
 	}
 	return nil

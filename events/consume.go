@@ -152,8 +152,22 @@ type Consumer struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	cc     jetstream.ConsumeContext
-	queues []chan *Delivery
+	obs    Observer
+	jc     jetstream.ConsumerConfig // as created: a lost durable is made again from it
+	pull   int
+
+	ccmu     sync.Mutex
+	cc       jetstream.ConsumeContext // replaced when the durable is recreated
+	stopping bool
+	lost     chan error // a sign that the durable is gone (buffered, 1)
+	// floor is the highest stream sequence known to be acknowledged (the
+	// server's ack floor, as last read by Info or at creation): a
+	// recreated durable starts after it, so nothing unacknowledged is
+	// skipped.
+	floor atomic.Uint64
+	// lostErr is why the durable is gone, while it is (nil otherwise).
+	lostErr atomic.Pointer[error]
+	queues  []chan *Delivery
 	// qmu guards sending to and closing the queues: after a drain times
 	// out, the client may still be delivering while Stop closes them.
 	qmu     sync.RWMutex
@@ -199,14 +213,23 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	}
 	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
 	if err != nil {
+		// A durable recreated after it was lost starts at a sequence
+		// (see recreate), and a deliver policy cannot be updated: keep it.
+		if old, oerr := bus.js.Consumer(ctx, cfg.Stream, cfg.Name); oerr == nil && old.CachedInfo().Config.DeliverPolicy != jc.DeliverPolicy {
+			jc.DeliverPolicy, jc.OptStartSeq, jc.OptStartTime = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartSeq, old.CachedInfo().Config.OptStartTime
+			cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+		}
+	}
+	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("create consumer %s on %s: %v", cfg.Name, cfg.Stream, err), Err: err}
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{},
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1),
 	}
+	c.noteFloor(cons.CachedInfo())
 	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
 	buffer = min(buffer, 1024)
 	for range cfg.Workers {
@@ -223,13 +246,8 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	// heartbeat, 30 s by default). A batch of at least 8 leaves several
 	// checks (a batch of 1 leaves one), and a 1 s heartbeat bounds the stall
 	// when they are all lost.
-	pull := min(max(cfg.MaxAckPending, 8), 500)
-	c.cc, err = cons.Consume(c.receive,
-		jetstream.PullMaxMessages(pull),
-		jetstream.PullHeartbeat(time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			c.log.Warn("consume error", "err", err)
-		}))
+	c.pull = min(max(cfg.MaxAckPending, 8), 500)
+	c.cc, err = c.start(cons)
 	if err != nil {
 		cancel()
 		for _, q := range c.queues {
@@ -237,7 +255,191 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		}
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("start consumer %s: %v", cfg.Name, err), Err: err}
 	}
+	go c.supervise()
+	c.obs.ConsumerStarted(c)
 	return c, nil
+}
+
+func (c *Consumer) start(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+	return cons.Consume(c.receive,
+		jetstream.PullMaxMessages(c.pull),
+		jetstream.PullHeartbeat(time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+				c.signalLost(err)
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+				// The server stopped answering this pull: a durable deleted
+				// while no pull was open looks like this. Ask.
+				go c.checkExists()
+			}
+			c.log.Warn("consume error", "err", err)
+		}))
+}
+
+// RecreateDelay is how long a consumer waits before it recreates its lost
+// durable.
+const RecreateDelay = time.Second
+
+// Name is the durable consumer's name; Stream its stream.
+func (c *Consumer) Name() string   { return c.cfg.Name }
+func (c *Consumer) Stream() string { return c.cfg.Stream }
+
+// Lost reports why the durable is gone while it is being recreated (nil
+// when it is in place).
+func (c *Consumer) Lost() error {
+	if p := c.lostErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Info reads the durable's state from the server (for lag and health). A
+// durable that is gone is recreated (see supervise).
+func (c *Consumer) Info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	ci, err := c.bus.js.Consumer(ctx, c.cfg.Stream, c.cfg.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c.signalLost(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	info := ci.CachedInfo()
+	c.noteFloor(info)
+	return info, nil
+}
+
+func (c *Consumer) noteFloor(info *jetstream.ConsumerInfo) {
+	if info == nil {
+		return
+	}
+	f := info.AckFloor.Stream
+	if info.Config.DeliverPolicy == jetstream.DeliverNewPolicy && f == 0 && info.NumAckPending == 0 {
+		f = info.Delivered.Stream // a fresh DeliverNew durable starts after the stream's end
+	}
+	for {
+		cur := c.floor.Load()
+		if f <= cur || c.floor.CompareAndSwap(cur, f) {
+			return
+		}
+	}
+}
+
+func (c *Consumer) checkExists() {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	_, _ = c.Info(ctx)
+}
+
+func (c *Consumer) signalLost(err error) {
+	select {
+	case c.lost <- err:
+	default:
+	}
+}
+
+// supervise recreates the durable when it is lost (`nats consumer rm`,
+// the stream deleted and made again): with the same configuration,
+// starting after the last sequence known to be acknowledged (floor), so
+// nothing unacknowledged is skipped; what was acknowledged after the floor
+// was last read is delivered again, which handlers (idempotent by
+// contract) and projections (by sequence) absorb. Starting from the whole
+// log would run every service's handlers over all history again.
+func (c *Consumer) supervise() {
+	for {
+		var why error
+		select {
+		case <-c.ctx.Done():
+			return
+		case why = <-c.lost:
+		}
+		c.ccmu.Lock()
+		if c.stopping {
+			c.ccmu.Unlock()
+			return
+		}
+		old := c.cc
+		c.ccmu.Unlock()
+		// Confirm it is gone: a stale sign must not restart a live durable.
+		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		_, err := c.bus.js.Consumer(ctx, c.cfg.Stream, c.cfg.Name)
+		cancel()
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if err == nil && old != nil {
+				select {
+				case <-old.Closed():
+					// Stopped by the client (a deleted signal), yet a durable of
+					// that name exists again: someone made it; consume from it.
+				default:
+					continue
+				}
+			} else {
+				continue
+			}
+		}
+		c.lostErr.Store(&why)
+		c.obs.ConsumerLost(c, why)
+		c.log.Warn("durable consumer is gone; recreating it", "err", why, "after_seq", c.floor.Load())
+		if old != nil {
+			old.Stop()
+		}
+		// nats-server (2.15) takes a deleted durable off its stream before
+		// it removes the durable's directory: one recreated at once under
+		// the same name can lose its files to that removal. Let it finish.
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(RecreateDelay):
+		}
+		for attempt := 0; ; attempt++ {
+			from, err := c.recreate()
+			if err == nil {
+				c.lostErr.Store(nil)
+				c.obs.ConsumerRecreated(c, from)
+				c.log.Warn("durable consumer recreated", "from_seq", from)
+				break
+			}
+			c.log.Warn("recreating the durable consumer failed; will retry", "err", err)
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(min(time.Duration(attempt+1)*250*time.Millisecond, 5*time.Second)):
+			}
+		}
+		// Drop a sign raised by the old context's last moments.
+		select {
+		case <-c.lost:
+		default:
+		}
+	}
+}
+
+// recreate makes the durable again from its configuration, starting after
+// the floor, and consumes from it.
+func (c *Consumer) recreate() (uint64, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	from := c.floor.Load() + 1
+	jc := c.jc
+	cons, err := c.bus.js.Consumer(ctx, c.cfg.Stream, c.cfg.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		jc.DeliverPolicy, jc.OptStartSeq, jc.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
+		cons, err = c.bus.js.CreateConsumer(ctx, c.cfg.Stream, jc)
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.ccmu.Lock()
+	defer c.ccmu.Unlock()
+	if c.stopping {
+		return from, nil
+	}
+	cc, err := c.start(cons)
+	if err != nil {
+		return 0, err
+	}
+	c.cc = cc
+	return from, nil
 }
 
 // Stats returns the consumer's counters.
@@ -250,11 +452,15 @@ func (c *Consumer) Stats() ConsumerStats {
 // and are redelivered to the next consumer instance.
 func (c *Consumer) Stop(ctx context.Context) {
 	c.stopOnce.Do(func() {
-		c.cc.Drain()
+		c.ccmu.Lock()
+		c.stopping = true
+		cc := c.cc
+		c.ccmu.Unlock()
+		cc.Drain()
 		select {
-		case <-c.cc.Closed():
+		case <-cc.Closed():
 		case <-ctx.Done():
-			c.cc.Stop()
+			cc.Stop()
 		}
 		c.qmu.Lock()
 		c.qclosed = true
@@ -270,6 +476,7 @@ func (c *Consumer) Stop(ctx context.Context) {
 			c.log.Warn("stop: deliveries still in flight; they will be redelivered")
 		}
 		c.cancel()
+		c.obs.ConsumerStopped(c)
 	})
 }
 
@@ -351,6 +558,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 			c.log.Warn("ack failed; the event will be redelivered", "subject", d.Subject, "seq", d.Seq, "err", aerr)
 		}
 		c.handled.Add(1)
+		c.obs.Consumed(c.cfg.Name, d.Event.Type(), OutcomeAcked)
 		return
 	}
 	meta, _ := d.msg.Metadata()
@@ -365,6 +573,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	delay := c.cfg.Backoff[min(int(d.Delivered)-1, len(c.cfg.Backoff)-1)]
 	c.log.Warn("handler failed; will retry", "subject", d.Subject, "seq", d.Seq, "attempt", d.Delivered, "retry_in", delay, "err", err)
 	c.retried.Add(1)
+	c.obs.Consumed(c.cfg.Name, d.Event.Type(), OutcomeRetried)
 	_ = d.msg.NakWithDelay(delay)
 }
 
@@ -385,6 +594,8 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, co
 		return
 	}
 	c.dead.Add(1)
+	c.obs.DeadLettered(c.cfg.Name, code)
+	c.obs.Consumed(c.cfg.Name, msg.Headers().Get("ce-type"), OutcomeDeadLettered)
 	c.log.Warn("dead-lettered", "subject", dl.Subject, "seq", dl.Seq, "code", code, "reason", reason)
 	_ = msg.Ack()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Config configures the embedded server.
@@ -32,7 +33,23 @@ type Config struct {
 	// SyncAlways makes JetStream write (and fsync) every message before it
 	// acknowledges it (sync_interval: always).
 	SyncAlways bool
+	// MonitorListen, if set, is host:port of the server's HTTP monitoring
+	// (/varz, /jsz, /connz…).
+	MonitorListen string
+	// SystemPassword, if set, gives the server a system account (SYS) with
+	// the user SystemUser and this password, so standard NATS tooling
+	// (`nats server report jetstream`) works. Clients without credentials
+	// keep working as before: they are the no-auth user heed, in the
+	// global account that owns every stream heed has ever written. Ignored
+	// when ConfigFile sets up accounts or users of its own.
+	SystemPassword string
 }
+
+// SystemUser is the embedded server's system user (Config.SystemPassword).
+const SystemUser = "heed-sys"
+
+// NoAuthUser is the user clients without credentials are.
+const NoAuthUser = "heed"
 
 // Server is a running embedded nats-server.
 type Server struct {
@@ -73,6 +90,39 @@ func Start(o Config) (*Server, error) {
 	opts.StoreDir = o.DataDir
 	if o.SyncAlways {
 		opts.SyncAlways = true
+	}
+	if o.MonitorListen != "" {
+		h, p, err := net.SplitHostPort(o.MonitorListen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: monitor address %q: %w", o.MonitorListen, err)
+		}
+		if opts.HTTPPort, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("embedded nats: monitor port %q: %w", p, err)
+		}
+		opts.HTTPHost = h
+		if h == "" {
+			opts.HTTPHost = "127.0.0.1"
+		}
+	}
+	if o.SystemPassword != "" && opts.SystemAccount == "" && len(opts.Accounts) == 0 && len(opts.Users) == 0 && len(opts.Nkeys) == 0 && len(opts.TrustedOperators) == 0 {
+		// Only the system account is configured, so the global account
+		// ($G) stays the one JetStream account: a data directory from
+		// before keeps its streams (they live under jetstream/$G).
+		// bcrypt: the server keeps no plain password (and warns if it does).
+		// The lowest cost: heed's password is random (see heed up), so the
+		// hash's cost adds nothing, while every login pays it.
+		hash, err := bcrypt.GenerateFromPassword([]byte(o.SystemPassword), bcrypt.MinCost)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: system password: %w", err)
+		}
+		sys := server.NewAccount("SYS")
+		opts.Accounts = []*server.Account{sys}
+		opts.SystemAccount = sys.Name
+		opts.Users = []*server.User{
+			{Username: NoAuthUser}, // no account: the global account
+			{Username: SystemUser, Password: string(hash), Account: sys},
+		}
+		opts.NoAuthUser = NoAuthUser
 	}
 	opts.NoSigs = true // heed owns SIGINT/SIGTERM and drains before the server stops
 	opts.NoLog = false

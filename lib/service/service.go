@@ -21,6 +21,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultNATSURL is where services and the CLI look for NATS unless told
@@ -40,10 +41,16 @@ type Runtime struct {
 	Bus      *events.Bus
 	Log      *slog.Logger
 	Topology events.Topology
+	// Metrics are the service's own Prometheus registry and families.
+	Metrics *Metrics
 
 	mu     sync.Mutex
 	checks map[string]func() any
 	micro  micro.Service
+	hcfg   HealthConfig
+	watch  map[string]*watched // durable consumers, by stream/name
+	done   chan struct{}
+	closed sync.Once
 }
 
 // Connect opens the service's own connection (reconnecting forever), builds
@@ -84,7 +91,12 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 		nc.Close()
 		return nil, err
 	}
-	return &Runtime{Name: name, Conn: nc, Bus: bus, Log: log, Topology: topo, checks: map[string]func() any{}}, nil
+	rt := &Runtime{Name: name, Conn: nc, Bus: bus, Log: log, Topology: topo, Metrics: NewMetrics(name),
+		checks: map[string]func() any{}, watch: map[string]*watched{}, done: make(chan struct{})}
+	rt.hcfg.defaults()
+	bus.SetObserver(observer{Metrics: rt.Metrics, rt: rt})
+	go rt.pollLoop()
+	return rt, nil
 }
 
 // AddCheck adds a named section to the health report.
@@ -96,20 +108,37 @@ func (r *Runtime) AddCheck(name string, f func() any) {
 
 // Health is what a health check returns.
 type Health struct {
-	Service   string         `json:"service"`
-	Status    string         `json:"status"` // ok | degraded
-	Version   string         `json:"version"`
-	Connected bool           `json:"connected"`
-	Checks    map[string]any `json:"checks,omitempty"`
+	Service   string   `json:"service"`
+	Status    string   `json:"status"` // ok | degraded
+	Reasons   []string `json:"reasons,omitempty"`
+	Version   string   `json:"version"`
+	Connected bool     `json:"connected"`
+	// Consumers are the service's durable consumers, by name.
+	Consumers map[string]ConsumerHealth `json:"consumers,omitempty"`
+	Checks    map[string]any            `json:"checks,omitempty"`
 }
 
-// Health reports the service's state.
+// Status values of a health report.
+const (
+	StatusOK       = "ok"
+	StatusDegraded = "degraded"
+)
+
+// Health reports the service's state: degraded, with the reasons, when it
+// is not connected to NATS or one of its durable consumers is gone, lags
+// past the threshold or has stopped (HealthConfig).
 func (r *Runtime) Health() Health {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := Health{Service: r.Name, Status: "ok", Version: Version, Connected: r.Conn.IsConnected(), Checks: map[string]any{}}
+	h := Health{Service: r.Name, Status: StatusOK, Version: Version, Connected: r.Conn.IsConnected(), Checks: map[string]any{}}
 	if !h.Connected {
-		h.Status = "degraded"
+		h.Reasons = append(h.Reasons, "not connected to NATS")
+	}
+	var reasons []string
+	h.Consumers, reasons = r.consumerHealth(time.Now())
+	h.Reasons = append(h.Reasons, reasons...)
+	if len(h.Reasons) > 0 {
+		h.Status = StatusDegraded
 	}
 	for k, f := range r.checks {
 		h.Checks[k] = f()
@@ -144,6 +173,7 @@ func (r *Runtime) ServeHealth() error {
 // Close stops the health endpoint and drains the connection, flushing
 // everything published.
 func (r *Runtime) Close() {
+	r.closed.Do(func() { close(r.done) })
 	if r.micro != nil {
 		_ = r.micro.Stop()
 	}
@@ -168,6 +198,9 @@ func Main(name string, register func(fs *flag.FlagSet) RunFunc) {
 	healthAddr := fs.String("health-listen", "", "also serve GET /healthz over HTTP on this address (e.g. :8081)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address (e.g. :9090)")
+	lagThreshold := fs.Uint64("health-lag", 10000, "a consumer with more events than this not finished makes the service degraded")
+	stallAfter := fs.Duration("health-stall", 60*time.Second, "a consumer with events waiting that has taken none for this long makes the service degraded")
 	run := register(fs)
 	_ = fs.Parse(os.Args[1:])
 
@@ -185,8 +218,17 @@ func Main(name string, register func(fs *flag.FlagSet) RunFunc) {
 		log.Error("start failed", "err", err)
 		os.Exit(1)
 	}
+	rt.SetHealthConfig(HealthConfig{LagThreshold: *lagThreshold, StallAfter: *stallAfter})
 	if *healthAddr != "" {
 		go serveHTTPHealth(ctx, *healthAddr, rt)
+	}
+	if *metricsAddr != "" {
+		addr, err := ListenMetrics(ctx, *metricsAddr, prometheus.Gatherers{ProcessCollectors(), rt.Metrics.Registry}, log)
+		if err != nil {
+			log.Error("start failed: metrics listener", "err", err)
+			os.Exit(1)
+		}
+		log.Info("metrics", "url", "http://"+addr+"/metrics")
 	}
 	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted())
 	err = run(ctx, rt)

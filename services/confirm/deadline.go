@@ -3,7 +3,9 @@ package confirm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -18,40 +20,181 @@ import (
 // deadline fired, but only while the confirmation is still open: a
 // deadline that fires after an answer (one published straight to the log,
 // which cannot cancel the schedule in the same write) changes nothing.
-func (r *router) consumeDeadlines(ctx context.Context) (jetstream.ConsumeContext, error) {
-	cons, err := r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{
+//
+// If the durable is deleted (`nats consumer rm`) it is made again, like
+// every events.Consume durable, delivering from the first sequence this
+// process has not acknowledged: nothing is skipped, and a fired deadline
+// handled twice changes nothing.
+func (r *router) consumeDeadlines(ctx context.Context) (*deadlineConsumer, error) {
+	d := &deadlineConsumer{r: r, inflight: map[uint64]int{}, lost: make(chan struct{}, 1), work: make(chan jetstream.Msg, deadlineWorkers)}
+	cons, err := r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(0))
+	if err != nil {
+		// A durable recreated after a loss starts at a sequence, and a
+		// deliver policy cannot be updated: keep it.
+		if old, oerr := r.bus.JetStream().Consumer(ctx, events.EventStream, DeadlineConsumerName); oerr == nil && old.CachedInfo().Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+			cons, err = r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(old.CachedInfo().Config.OptStartSeq))
+		}
+	}
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("create consumer %s: %v", DeadlineConsumerName, err), Err: err}
+	}
+	// Deadlines of different confirmations are independent: a burst of
+	// them (10,000 falling at once) is worked off by several workers.
+	for range deadlineWorkers {
+		go func() {
+			for m := range d.work {
+				if err := r.fired(ctx, m); err != nil {
+					r.log.Warn("deadline not handled; will retry", "subject", m.Subject(), "err", err)
+					_ = m.NakWithDelay(time.Second)
+					continue
+				}
+				if m.Ack() == nil {
+					d.acked(m)
+				}
+			}
+		}()
+	}
+	if d.cc, err = d.start(cons); err != nil {
+		close(d.work)
+		return nil, err
+	}
+	go d.supervise(ctx)
+	return d, nil
+}
+
+// deadlineConsumer is the router's durable of fired deadlines.
+type deadlineConsumer struct {
+	r    *router
+	work chan jetstream.Msg
+	lost chan struct{}
+
+	mu       sync.Mutex
+	cc       jetstream.ConsumeContext
+	stopped  bool
+	inflight map[uint64]int // received, not yet acknowledged, by stream sequence
+	maxSeen  uint64         // the highest sequence received
+}
+
+func (d *deadlineConsumer) config(startSeq uint64) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{
 		Durable:       DeadlineConsumerName,
 		Description:   "confirm router: fired confirmation deadlines become heed.confirm.expired",
 		FilterSubject: confirmation.FiredSubject("*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: 1000,
-	})
-	if err != nil {
-		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("create consumer %s: %v", DeadlineConsumerName, err), Err: err}
 	}
-	// Deadlines of different confirmations are independent: a burst of
-	// them (10,000 falling at once) is worked off by several workers.
-	work := make(chan jetstream.Msg, deadlineWorkers)
-	for range deadlineWorkers {
-		go func() {
-			for m := range work {
-				if err := r.fired(ctx, m); err != nil {
-					r.log.Warn("deadline not handled; will retry", "subject", m.Subject(), "err", err)
-					_ = m.NakWithDelay(time.Second)
-					continue
-				}
-				_ = m.Ack()
+	if startSeq > 0 {
+		c.DeliverPolicy, c.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+	}
+	return c
+}
+
+func (d *deadlineConsumer) start(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+	return cons.Consume(func(m jetstream.Msg) {
+		if meta, err := m.Metadata(); err == nil {
+			d.mu.Lock()
+			d.inflight[meta.Sequence.Stream]++
+			d.maxSeen = max(d.maxSeen, meta.Sequence.Stream)
+			d.mu.Unlock()
+		}
+		d.work <- m
+	}, jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			select {
+			case d.lost <- struct{}{}:
+			default:
 			}
-		}()
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { work <- m }, jetstream.PullHeartbeat(time.Second))
+		}
+	}))
+}
+
+func (d *deadlineConsumer) acked(m jetstream.Msg) {
+	meta, err := m.Metadata()
 	if err != nil {
-		close(work)
-		return nil, err
+		return
 	}
-	go func() { <-cc.Closed(); close(work) }()
-	return cc, nil
+	d.mu.Lock()
+	delete(d.inflight, meta.Sequence.Stream)
+	d.mu.Unlock()
+}
+
+// next is the first sequence not known to be acknowledged.
+func (d *deadlineConsumer) next() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	from := d.maxSeen + 1
+	for seq := range d.inflight {
+		from = min(from, seq)
+	}
+	return from
+}
+
+// supervise recreates the durable when it is deleted.
+func (d *deadlineConsumer) supervise(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.lost:
+		}
+		// As events.Consume does: let the server finish removing it first.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(events.RecreateDelay):
+		}
+		for attempt := 1; ; attempt++ {
+			err := d.recreate(ctx)
+			if err == nil {
+				break
+			}
+			d.r.log.Warn("recreating the deadline durable failed; will retry", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)):
+			}
+		}
+	}
+}
+
+func (d *deadlineConsumer) recreate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	js := d.r.bus.JetStream()
+	cons, err := js.Consumer(ctx, events.EventStream, DeadlineConsumerName)
+	from := d.next()
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateConsumer(ctx, events.EventStream, d.config(from))
+	}
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return nil
+	}
+	cc, err := d.start(cons)
+	if err != nil {
+		return err
+	}
+	d.cc.Stop()
+	d.cc = cc
+	d.r.log.Warn("deadline durable was gone; recreated", "from_seq", from)
+	return nil
+}
+
+// Drain stops fetching; the workers end once the last deliveries are
+// handed over.
+func (d *deadlineConsumer) Drain() {
+	d.mu.Lock()
+	d.stopped = true
+	cc := d.cc
+	d.mu.Unlock()
+	cc.Drain()
+	go func() { <-cc.Closed(); close(d.work) }()
 }
 
 // deadlineWorkers handle fired deadlines at once.
@@ -82,6 +225,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 			st, err := confirmation.Load(ctx, r.bus, id)
 			if err != nil {
 				if events.CodeOf(err) == events.CodeNotFound {
+					r.m.DeadlineFired(false)
 					return struct{}{}, nil
 				}
 				return struct{}{}, err
@@ -89,6 +233,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 			v = deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
 		}
 		if !v.open || v.expired {
+			r.m.DeadlineFired(false)
 			return struct{}{}, nil
 		}
 		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: v.dflt, RunID: v.runID})
@@ -99,6 +244,7 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 		if _, err := r.bus.Publish(ctx, &exp, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq}); err != nil {
 			return struct{}{}, err
 		}
+		r.m.DeadlineFired(true)
 		r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
 		return struct{}{}, nil
 	})

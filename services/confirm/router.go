@@ -72,6 +72,7 @@ type router struct {
 	prefs  jetstream.KeyValue
 	stream jetstream.Stream
 	gates  *gates
+	m      *service.Metrics
 }
 
 // Run runs the router until ctx is done, then drains.
@@ -98,7 +99,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("event stream: %w", err)
 	}
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, m: rt.Metrics}
 	r.gates = newGates(10000, r.firstSeq)
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {
@@ -139,6 +140,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		judge.Stop(ctx)
 		return err
 	}
+	rt.WatchDurable(events.EventStream, DeadlineConsumerName)
 	rt.AddCheck("router", func() any { return cons.Stats() })
 	rt.AddCheck("answers", func() any { return judge.Stats() })
 	<-ctx.Done()

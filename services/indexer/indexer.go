@@ -20,7 +20,10 @@ func Run(ctx context.Context, rt *service.Runtime) error {
 			return err
 		}
 	}
-	c, err := events.RunProjector(ctx, rt.Bus, Projection{}, rt.Log)
+	if err := countStates(ctx, rt.Bus.JetStream(), rt.Metrics); err != nil {
+		return err
+	}
+	c, err := events.RunProjector(ctx, rt.Bus, counted{m: rt.Metrics}, rt.Log)
 	if err != nil {
 		return err
 	}

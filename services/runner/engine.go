@@ -10,6 +10,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/runstate"
+	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
 )
@@ -30,6 +31,7 @@ type engine struct {
 
 	decider *decider
 	timers  map[string]*timer
+	metrics *service.Metrics // nil in tests without a runtime
 
 	mu       sync.Mutex
 	runs     map[string]*runstate.Run
@@ -292,6 +294,11 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 				_ = d.InProgress()
 			}
 		}
+		outcome := "completed"
+		if res.Err != nil {
+			outcome = "failed"
+		}
+		e.metrics.StepLatency(l.Step.Tool, outcome, res.Duration)
 		ev, err := resultEvent(runID, l, res, time.Now().UTC())
 		if err != nil {
 			e.log.Error("build result event", "run", runID, "err", err)

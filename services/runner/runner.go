@@ -98,6 +98,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	eng.metrics = rt.Metrics
 	eng.decider.healWait, eng.decider.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
 	// Learned state the runner shows: known issues and pattern warnings.
 	for _, b := range readmodel.Specs(readmodel.FixesBucket, readmodel.PatternsBucket) {

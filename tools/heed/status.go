@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
+
+	heedclient "github.com/heedhq/heed/client"
+	"github.com/heedhq/heed/lib/service"
 
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/spf13/cobra"
@@ -11,15 +15,24 @@ import (
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "status RUN-ID",
-		Short: "Show a run's state, step by step, folded from its events",
-		Long: `Show where a run stands: its status, each step's state and attempt, what
-healing decided about a failed attempt, and what the run waits for. The state
-is folded from the run's events in the log, exactly as the runner and the
-healer fold it (lib/runstate). --json prints the folded state.`,
-		Args: cobra.ExactArgs(1),
+		Use:   "status [RUN-ID]",
+		Short: "Show every service's health, or a run's state step by step",
+		Long: `Without an argument: every heed service's health (heed.svc.<name>.health):
+ok, degraded with the reasons (a durable consumer gone, lagging past the
+threshold or stopped; not connected to NATS), or missing (no answer). The exit
+status is 0 when every service is ok, 1 otherwise.
+
+With a run id: where the run stands: its status, each step's state and
+attempt, what healing decided about a failed attempt, and what the run waits
+for. The state is folded from the run's events in the log, exactly as the
+runner and the healer fold it (lib/runstate). --json prints the folded state.`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
+			if len(args) == 0 {
+				return printServices(cmd.OutOrStdout(), c.Health(cmd.Context(), timeout), asJSON)
+			}
 			r, err := c.Run(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -34,7 +47,46 @@ healer fold it (lib/runstate). --json prints the folded state.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each service's health")
 	return cmd
+}
+
+// printServices prints every service's health; it returns an exit status
+// 1 when any is degraded or missing.
+func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) error {
+	bad := 0
+	for _, h := range hs {
+		if h.Status != service.StatusOK {
+			bad++
+		}
+	}
+	if asJSON {
+		printJSON(out, hs)
+	} else {
+		for _, h := range hs {
+			line := fmt.Sprintf("%-16s %s", h.Name, strings.ToUpper(h.Status))
+			if h.Health != nil {
+				lag := uint64(0)
+				for _, c := range h.Health.Consumers {
+					lag += c.Lag
+				}
+				line += fmt.Sprintf("  %d consumers, lag %d", len(h.Health.Consumers), lag)
+			}
+			fmt.Fprintln(out, line)
+			if h.Error != "" {
+				fmt.Fprintf(out, "  %s\n", h.Error)
+			}
+			if h.Health != nil {
+				for _, r := range h.Health.Reasons {
+					fmt.Fprintf(out, "  %s\n", r)
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
+	}
+	return nil
 }
 
 func printRunState(out io.Writer, r *runstate.Run) {

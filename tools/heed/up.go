@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -60,7 +64,8 @@ func defaultDataDir() string {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig string
+	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig, metricsListen, natsMonitor string
+	var health service.HealthConfig
 	var replicas int
 	var sweepEvery, sweepQuiet, abandonAfter time.Duration
 	var syncAlways bool
@@ -78,6 +83,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
+				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -91,6 +97,10 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
 	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics of every service at GET /metrics on this address (e.g. 127.0.0.1:9090; docs/OPERATIONS.md, Metrics)")
+	cmd.Flags().StringVar(&natsMonitor, "nats-monitor", "", "enable the embedded server's HTTP monitoring (/varz, /jsz…) on this address (e.g. 127.0.0.1:8222)")
+	cmd.Flags().Uint64Var(&health.LagThreshold, "health-lag", 10000, "a service whose consumer has more events than this not finished is degraded")
+	cmd.Flags().DurationVar(&health.StallAfter, "health-stall", 60*time.Second, "a service whose consumer has events waiting and has taken none for this long is degraded")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
 	return cmd
@@ -102,6 +112,8 @@ type upOptions struct {
 	replicas                             int
 	sweepEvery, sweepQuiet, abandonAfter time.Duration
 	syncAlways                           bool
+	metricsListen, natsMonitor           string
+	health                               service.HealthConfig
 }
 
 type writer interface{ Write([]byte) (int, error) }
@@ -117,12 +129,23 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 			return fmt.Errorf("data directory: %w", err)
 		}
 		var err error
-		srv, err = embedded.Start(embedded.Config{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways})
+		sysPass, err := systemPassword(o.dataDir)
+		if err != nil {
+			return err
+		}
+		srv, err = embedded.Start(embedded.Config{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways,
+			MonitorListen: o.natsMonitor, SystemPassword: sysPass})
 		if err != nil {
 			return err
 		}
 		url = srv.URL()
 		fmt.Fprintf(out, "heed: embedded NATS listening on %s (JetStream data in %s)\n", url, o.dataDir)
+		if srv.SystemAccount() != nil && srv.SystemAccount().Name == "SYS" {
+			fmt.Fprintf(out, "heed: NATS system user %s, password in %s\n", embedded.SystemUser, filepath.Join(o.dataDir, systemPasswordFile))
+		}
+		if o.natsMonitor != "" {
+			fmt.Fprintf(out, "heed: NATS monitoring on http://%s\n", srv.MonitorAddr())
+		}
 	} else {
 		fmt.Fprintf(out, "heed: using NATS at %s\n", url)
 	}
@@ -140,6 +163,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 	defer cancel()
 	var rts []*service.Runtime
 	var names []string
+	gather := prometheus.Gatherers{service.ProcessCollectors()}
 	for _, s := range landedServices(o) {
 		rt, err := service.Connect(ctx, s.name, url, log, topo)
 		if err != nil {
@@ -159,6 +183,8 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		if err := rt.ServeHealth(); err != nil {
 			log.Warn("health endpoint", "service", s.name, "err", err)
 		}
+		rt.SetHealthConfig(o.health)
+		gather = append(gather, rt.Metrics.Registry)
 		rts = append(rts, rt)
 		names = append(names, s.name)
 	}
@@ -182,6 +208,16 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 			}
 		}(s.run)
 		waitStarted(runCtx, log, rt, done)
+	}
+	if o.metricsListen != "" && runCtx.Err() == nil {
+		addr, err := service.ListenMetrics(runCtx, o.metricsListen, gather, log)
+		if err != nil {
+			log.Error("metrics listener", "err", err)
+			cancel()
+			errs <- fmt.Errorf("metrics listener: %w", err)
+		} else {
+			fmt.Fprintf(out, "heed: metrics on http://%s/metrics\n", addr)
+		}
 	}
 	if runCtx.Err() == nil {
 		fmt.Fprintf(out, "heed: services running: %v\n", names)
@@ -223,4 +259,24 @@ func waitStarted(ctx context.Context, log *slog.Logger, rt *service.Runtime, don
 		case <-tick.C:
 		}
 	}
+}
+
+// systemPasswordFile holds, in the data directory, the password of the
+// embedded server's system user (made once, kept across restarts).
+const systemPasswordFile = "nats-system-password"
+
+func systemPassword(dir string) (string, error) {
+	path := filepath.Join(dir, systemPasswordFile)
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [18]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	p := base64.RawURLEncoding.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(p+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("system user password: %w", err)
+	}
+	return p, nil
 }
