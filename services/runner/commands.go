@@ -81,10 +81,9 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 			return nil, events.Errorf(events.CodeBusy, "too many large skills are being started; try again")
 		}
 	}
-	// Compiled once per process: the runner's own cache, which the run
-	// itself will use.
-	sum := sha256.Sum256([]byte(req.Skill.Source))
-	sk, err := c.e.skills.Load(req.Skill.File, req.Skill.Source, "sha256:"+hex.EncodeToString(sum[:]))
+	// Compiled once per process (by content): the runner's own cache,
+	// which the run itself will use.
+	sk, err := c.e.skills.Load(req.Skill.File, req.Skill.Source)
 	if err != nil {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill does not load:\n%v", err)
 	}
