@@ -36,13 +36,13 @@ summary: "chose {{ decision }}"
 // TestCommandsLeaveNoConsumers runs heed up's services in this process
 // against a real server and sends 1,000 commands and reads through the
 // client package (run starts, status reads, continues, answers, cancels,
-// history and confirmation reads, waits for the end): no JetStream
+// waits for the end and for the answer, history and confirmation reads): no JetStream
 // consumer is created while they run (no consumer-created advisory) and
 // every stream has as many consumers after as before. Reading a run's
 // history, continuing it or answering it leaves nothing on the server.
 func TestCommandsLeaveNoConsumers(t *testing.T) {
 	env := eventstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	upCtx, stopUp := context.WithCancel(ctx)
 	var out syncBuffer
@@ -157,9 +157,22 @@ func TestCommandsLeaveNoConsumers(t *testing.T) {
 		if err := do(err); err != nil {
 			return fmt.Errorf("continue, answer or cancel: %w", err)
 		}
+		out, err := c.WaitRun(ctx, rep.RunID)
+		if err := do(err); err != nil {
+			return fmt.Errorf("wait: %w", err)
+		}
+		if want := map[int]string{0: "completed", 1: "completed", 2: "cancelled"}[i%3]; out.Status != want {
+			return fmt.Errorf("run %s ended %s, want %s", rep.RunID, out.Status, want)
+		}
 		_, err = c.History(ctx, events.SubjectFilter("run", rep.RunID))
 		if err := do(err); err != nil {
 			return fmt.Errorf("history: %w", err)
+		}
+		if i%3 != 2 { // a cancelled run's question stays open until its deadline
+			_, err = c.WaitAnswer(ctx, r.Paused.ConfirmID)
+			if err := do(err); err != nil {
+				return fmt.Errorf("wait for the answer: %w", err)
+			}
 		}
 		_, err = c.Confirmation(ctx, r.Paused.ConfirmID)
 		if err := do(err); err != nil {
