@@ -130,7 +130,7 @@ func (c *Client) followHistory(ctx context.Context, filter string, after uint64,
 			// the next comes soon after.
 			wait = firstWait
 		case <-t.C:
-			wait = min(2*wait, maxWait)
+			wait = min(4*wait, maxWait)
 		}
 		t.Stop()
 	}

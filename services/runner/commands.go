@@ -213,7 +213,7 @@ func (c *commands) awaitRun(ctx context.Context, id string, ready func(*runstate
 		return nil, err
 	}
 	const firstWait = 5 * time.Millisecond
-	for wait := firstWait; !ready(r) && !r.Terminal(); wait = min(2*wait, 250*time.Millisecond) {
+	for wait := firstWait; !ready(r) && !r.Terminal(); wait = min(4*wait, 320*time.Millisecond) {
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
