@@ -36,7 +36,8 @@ summary: "chose {{ decision }}"
 // TestCommandsLeaveNoConsumers runs heed up's services in this process
 // against a real server and sends 1,000 commands and reads through the
 // client package (run starts, status reads, continues, answers, cancels,
-// waits for the end and for the answer, history and confirmation reads): no JetStream
+// waits for the end and for the answer, index, history and confirmation
+// reads): no JetStream
 // consumer is created while they run (no consumer-created advisory) and
 // every stream has as many consumers after as before. Reading a run's
 // history, continuing it or answering it leaves nothing on the server.
@@ -163,6 +164,10 @@ func TestCommandsLeaveNoConsumers(t *testing.T) {
 		}
 		if want := map[int]string{0: "completed", 1: "completed", 2: "cancelled"}[i%3]; out.Status != want {
 			return fmt.Errorf("run %s ended %s, want %s", rep.RunID, out.Status, want)
+		}
+		_, _, err = c.IndexEntry(ctx, "run", rep.RunID)
+		if err := do(err); err != nil {
+			return fmt.Errorf("index entry: %w", err)
 		}
 		_, err = c.History(ctx, events.SubjectFilter("run", rep.RunID))
 		if err := do(err); err != nil {
