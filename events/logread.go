@@ -135,13 +135,14 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 		if err != nil {
 			return last, unavailable(err)
 		}
-		n := 0
+		n, none := 0, false
 		for m, err := range batch {
 			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				none = true
 				break
 			}
 			if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
-				return last, unavailable(fmt.Errorf("the server does not serve batched direct gets (nats-server 2.11 or later does): %w", err))
+				return last, unavailable(fmt.Errorf("the stream does not answer batched direct gets (is it there, allowing direct get, on nats-server 2.11 or later?): %w", err))
 			}
 			if err != nil {
 				return last, unavailable(err)
@@ -167,11 +168,16 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 			}
 		}
 		if n == 0 {
-			if got == 0 {
+			if got == 0 && none {
 				return last, nil // nothing stored after after
 			}
 			if ctx.Err() != nil {
 				return last, ctx.Err()
+			}
+			if got == 0 {
+				// Neither a message nor "no messages": the reply did not
+				// come in time (the iterator ends quietly on a timeout).
+				return last, unavailable(errors.New("no reply from the stream in time"))
 			}
 			// The server said more were stored, and none came (a timeout,
 			// or the messages were purged meanwhile): a short read must

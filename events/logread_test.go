@@ -1,12 +1,15 @@
 package events_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go"
 )
 
 // TestReadHistory reads an aggregate's history with batched direct gets:
@@ -121,5 +124,33 @@ func TestReadHistory(t *testing.T) {
 	}
 	if c := consumers(); c != before {
 		t.Fatalf("%d consumers after the reads, %d before", c, before)
+	}
+}
+
+// TestReadHistoryNeverShort: a stream that is not there, or one that does
+// not answer in time, is an error, never an empty history.
+func TestReadHistoryNeverShort(t *testing.T) {
+	env := eventstest.Start(t)
+	nc, err := nats.Connect(env.URL(), nats.Timeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	bus, err := events.NewBus(nc, env.Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A responder that never answers.
+	silent, err := env.Conn(t).SubscribeSync("$JS.API.DIRECT.GET.SILENT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe()
+	for _, stream := range []string{"NOSUCH", "SILENT"} {
+		calls := 0
+		_, err := events.ReadHistory(context.Background(), bus.JetStream(), stream, "heed.run.x.>", 0, func(events.RawMsg) error { calls++; return nil })
+		if events.CodeOf(err) != events.CodeUnavailable || calls != 0 {
+			t.Errorf("read from %s: %d calls, err %v; want an unavailable error", stream, calls, err)
+		}
 	}
 }

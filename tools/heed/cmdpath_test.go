@@ -194,6 +194,7 @@ func TestCommandsLeaveNoConsumers(t *testing.T) {
 	before := consumers()
 	commands.Store(0)
 
+	began := time.Now()
 	const workers = 10
 	var wg sync.WaitGroup
 	var next atomic.Int64
@@ -213,7 +214,8 @@ func TestCommandsLeaveNoConsumers(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("%d commands and reads", commands.Load())
+	took := time.Since(began)
+	t.Logf("%d commands and reads in %v (%.0f/s)", commands.Load(), took.Round(time.Millisecond), float64(commands.Load())/took.Seconds())
 
 	if others := settle(); len(others) > 0 {
 		t.Errorf("%d consumers created during the commands: %v", len(others), others)
