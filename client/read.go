@@ -29,13 +29,21 @@ type Stored struct {
 }
 
 // History reads every message on the given subject filters, in log order.
+// One filter (an aggregate's history) is read with direct gets, leaving
+// nothing on the server; several with a consumer that is deleted after.
 func (c *Client) History(ctx context.Context, filters ...string) ([]Stored, error) {
 	var out []Stored
-	_, err := events.ReadLog(ctx, c.bus.JetStream(), events.EventStream, filters, 0, func(raw events.RawMsg) error {
+	keep := func(raw events.RawMsg) error {
 		ev, err := c.bus.Codec().DecodeStored(raw)
 		out = append(out, Stored{Seq: raw.Seq, Event: ev, Err: err, Raw: raw})
 		return nil
-	})
+	}
+	var err error
+	if len(filters) == 1 {
+		_, err = events.ReadHistory(ctx, c.bus.JetStream(), events.EventStream, filters[0], 0, keep)
+	} else {
+		_, err = events.ReadLog(ctx, c.bus.JetStream(), events.EventStream, filters, 0, keep)
+	}
 	return out, err
 }
 

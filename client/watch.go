@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -17,8 +19,12 @@ import (
 // command will see too.
 // fn also gets how many messages on filter are in the log after this one
 // already (a run that failed and is being retried is not over).
+//
+// follow uses an ordered consumer, deleted when it returns: it is for
+// long watches over many aggregates (WatchPending). One aggregate is
+// followed with followHistory, which leaves nothing on the server.
 func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
@@ -31,6 +37,15 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
 	}
 	defer it.Stop()
+	// Delete the consumer at once rather than leave it to expire: every
+	// consumer costs the stream on every message stored.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = c.bus.JetStream().DeleteConsumer(dctx, events.EventStream, info.Name)
+			cancel()
+		}
+	}()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	for {
@@ -56,6 +71,71 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	}
 }
 
+// followHistory is follow for one aggregate's history (filter:
+// heed.run.<id>.>), without a consumer: it reads what is stored with
+// direct gets (events.ReadHistory), and reads again when something is
+// published on filter, or after a while (a message published before the
+// subscription may be stored after the read; a reconnect may miss one).
+func (c *Client) followHistory(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
+	wake := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(filter, func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	const firstWait, maxWait = 5 * time.Millisecond, time.Second
+	wait := firstWait
+	type stored struct {
+		seq uint64
+		ev  *events.Event
+	}
+	for {
+		// The subscription reaches the server before this read (one
+		// connection, in order).
+		var got []stored
+		last, err := events.ReadHistory(ctx, c.bus.JetStream(), events.EventStream, filter, after, func(raw events.RawMsg) error {
+			if ev, err := c.bus.Codec().DecodeStored(raw); err == nil {
+				got = append(got, stored{raw.Seq, ev})
+			} // else refused by the gate: not part of the aggregate
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		after = max(after, last)
+		for i, m := range got {
+			done, err := fn(m.seq, uint64(len(got)-1-i), m.ev)
+			if err != nil || done {
+				return err
+			}
+		}
+		if len(got) > 0 {
+			wait = firstWait
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-wake:
+			// Published, perhaps not yet stored: if this read misses it,
+			// the next comes soon after.
+			wait = firstWait
+		case <-t.C:
+			wait = min(4*wait, maxWait)
+		}
+		t.Stop()
+	}
+}
+
 // FollowRun calls fn for each event of a run in log order, from its first,
 // until fn says done, the run ends (completed, cancelled, abandoned, or failed with
 // nothing after it in the log: the ending event is passed to fn), or ctx
@@ -65,7 +145,7 @@ func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events
 	if !events.ValidID(runID) {
 		return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
 	}
-	return c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
+	return c.followHistory(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
 		done, err := fn(ev)
 		if err != nil || done {
 			return done, err
@@ -100,7 +180,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
 	if !events.ValidID(runID) {
 		return out, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
 	}
-	err := c.follow(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
+	err := c.followHistory(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
 		var err error
 		switch events.Type(ev.Type()) {
 		case events.RunCompleted:
@@ -134,7 +214,7 @@ func (c *Client) WaitAnswer(ctx context.Context, id string) (*confirmation.State
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
 	}
 	st := confirmation.New(id)
-	err := c.follow(ctx, events.SubjectFilter("confirm", id), 0, func(seq, _ uint64, ev *events.Event) (bool, error) {
+	err := c.followHistory(ctx, events.SubjectFilter("confirm", id), 0, func(seq, _ uint64, ev *events.Event) (bool, error) {
 		if _, err := st.Apply(ev, seq); err != nil {
 			return false, err
 		}

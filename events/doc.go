@@ -40,7 +40,9 @@
 // poison and repeated failures are dead-lettered; one aggregate's events
 // are handled in order. Projections (projection.go) fold events into KV
 // buckets deterministically, so `heed replay` rebuilds them from the log.
-// ReadLog (logread.go) reads an aggregate's history.
+// ReadHistory (logread.go) reads an aggregate's history with batched
+// direct gets, leaving nothing on the server; ReadLog reads across many
+// subjects or the whole log through a consumer it deletes after.
 //
 // # Subpackages
 //

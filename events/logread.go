@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ReadLog calls fn for every stored message matching filters, in log order,
@@ -14,6 +16,11 @@ import (
 // stream's last sequence as of the call. It returns the last sequence it
 // covered. Bad messages are passed to fn too: callers decide (usually they
 // skip what the gate dead-lettered).
+//
+// ReadLog reads through an ordered consumer it deletes at the end: it is
+// for large reads across several subjects (heed replay of a projection).
+// An aggregate's history is read with ReadHistory, which leaves no state
+// on the server.
 func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters []string, after uint64, fn func(RawMsg) error) (uint64, error) {
 	// js.Stream fetches the stream's info: its last sequence bounds the read.
 	s, err := js.Stream(ctx, stream)
@@ -80,6 +87,102 @@ func ReadLog(ctx context.Context, js jetstream.JetStream, stream string, filters
 			// The consumer said there was more up to last, and nothing came:
 			// a short read must not pass for the whole history.
 			return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s: the log stopped short of sequence %d", stream, last)}
+		}
+	}
+}
+
+// History reads (ReadHistory) use batched direct gets: one request
+// returns up to historyBatch messages of the subject, read by the server
+// while the stream holds its writes back, so the batch is bounded by what
+// is stored at that moment. No consumer is created: a command or a
+// handler reading an aggregate leaves nothing on the server.
+const (
+	historyBatch    = 256     // messages per direct get; a run's history is usually one
+	historyMaxBytes = 4 << 20 // bytes per direct get, so a batch never floods the reader
+)
+
+// Headers the server adds to a message served by a direct get. They are
+// not part of what was stored, and a reader must see what was stored.
+var directGetHeaders = []string{
+	jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
+	jetstream.TimeStampHeaer, "Nats-Num-Pending", "Nats-Last-Sequence",
+}
+
+// ReadHistory calls fn for every stored message matching filter (one
+// subject, wildcards allowed: an aggregate's history, heed.run.<id>.>),
+// in log order, after sequence after (0: from the beginning), up to what
+// the stream held when the read began. It returns the sequence of the last
+// message it passed, or after when there was none. A read that stops short
+// of what the stream said it held is an error, never a shorter history.
+// Bad messages are passed to fn too, as with ReadLog.
+//
+// It uses batched direct gets (the stream allows direct get): one round
+// trip for a history of up to historyBatch messages and no server state,
+// where ReadLog creates and deletes a consumer. ReadLog stays for reads
+// across many subjects or the whole log (heed replay).
+func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter string, after uint64, fn func(RawMsg) error) (uint64, error) {
+	unavailable := func(err error) error {
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read %s on %s: %v", filter, stream, err), Err: err}
+	}
+	last := after
+	// want is how many messages matched when the read began: the first
+	// message of the first batch says how many more follow it. Later
+	// batches may hold messages stored since; the read stops at want.
+	var want, got uint64
+	for {
+		batch, err := jetstreamext.GetBatch(ctx, js, stream, historyBatch,
+			jetstreamext.GetBatchSeq(last+1), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(historyMaxBytes))
+		if err != nil {
+			return last, unavailable(err)
+		}
+		n, none := 0, false
+		for m, err := range batch {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				none = true
+				break
+			}
+			if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
+				return last, unavailable(fmt.Errorf("the stream does not answer batched direct gets (is it there, allowing direct get, on nats-server 2.11 or later?): %w", err))
+			}
+			if err != nil {
+				return last, unavailable(err)
+			}
+			if got == 0 {
+				np, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				if perr != nil {
+					return last, unavailable(fmt.Errorf("direct get without a pending count: %w", perr))
+				}
+				want = np + 1
+			}
+			n++
+			got++
+			for _, h := range directGetHeaders {
+				m.Header.Del(h)
+			}
+			if err := fn(RawMsg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Sequence, Stored: m.Time}); err != nil {
+				return m.Sequence, err
+			}
+			last = m.Sequence
+			if got >= want {
+				return last, nil
+			}
+		}
+		if n == 0 {
+			if got == 0 && none {
+				return last, nil // nothing stored after after
+			}
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			if got == 0 {
+				// Neither a message nor "no messages": the reply did not
+				// come in time (the iterator ends quietly on a timeout).
+				return last, unavailable(errors.New("no reply from the stream in time"))
+			}
+			// The server said more were stored, and none came (a timeout,
+			// or the messages were purged meanwhile): a short read must
+			// not pass for the whole history.
+			return last, unavailable(fmt.Errorf("the read stopped short: %d of %d messages", got, want))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -104,12 +105,13 @@ func orUnlimited(n int64) int64 {
 	return n
 }
 
-// Provision creates or updates the streams and buckets. It never deletes
-// data: an existing stream keeps its messages, an existing bucket its keys.
-// Safe to call concurrently from every service at start.
+// Provision creates the streams and buckets that are missing and updates
+// those whose configuration differs from t; it leaves the others alone. It
+// never deletes data: an existing stream keeps its messages, an existing
+// bucket its keys. Safe to call concurrently from every service at start.
 func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	for _, cfg := range []jetstream.StreamConfig{t.EventStreamConfig(), t.DLQStreamConfig()} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if err := ensureStream(ctx, js, cfg); err != nil {
 			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision stream %s: %v", cfg.Name, err), Err: err}
 		}
 	}
@@ -126,13 +128,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 // dead-lettered) instead of growing without bound.
 const MaxValueSize = 1 << 20
 
-// ProvisionBucket creates or updates one KV bucket.
+// ProvisionBucket creates one KV bucket, or updates it if its
+// configuration differs.
 func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b BucketSpec) error {
 	history := b.History
 	if history == 0 {
 		history = 1
 	}
-	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	err := ensureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:       b.Name,
 		Description:  b.Description,
 		History:      history,
@@ -147,4 +150,27 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("provision bucket %s: %v", b.Name, err), Err: err}
 	}
 	return nil
+}
+
+// ensureStream creates a stream, or updates it only when its configuration
+// differs. The server answers a create whose configuration equals the
+// stream's with the stream and changes nothing (an update would apply
+// the configuration again, and an update racing another service's
+// consumer creation is a data race inside nats-server): unchanged streams
+// are left alone, so services provision concurrently.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	return err
+}
+
+// ensureKeyValue is ensureStream for a KV bucket.
+func ensureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	_, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		_, err = js.UpdateKeyValue(ctx, cfg)
+	}
+	return err
 }

@@ -153,7 +153,7 @@ func Load(ctx context.Context, bus *events.Bus, id string) (*State, error) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
 	}
 	s := New(id)
-	_, err := events.ReadLog(ctx, bus.JetStream(), events.EventStream, []string{events.SubjectFilter("confirm", id)}, 0, func(raw events.RawMsg) error {
+	_, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, events.SubjectFilter("confirm", id), 0, func(raw events.RawMsg) error {
 		// Every message counts for the stream's expected-last-sequence
 		// check, including what the gate dead-lettered.
 		s.LastSeq = max(s.LastSeq, raw.Seq)

@@ -19,7 +19,7 @@ func Load(ctx context.Context, bus *events.Bus, id string, skills *skill.Cache) 
 // counts them all); one that does not decode is skipped: the indexer has
 // dead-lettered it.
 func (r *Run) CatchUp(ctx context.Context, bus *events.Bus, skills *skill.Cache) error {
-	_, err := events.ReadLog(ctx, bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", r.ID)}, r.LastSeq, func(raw events.RawMsg) error {
+	_, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, events.SubjectFilter("run", r.ID), r.LastSeq, func(raw events.RawMsg) error {
 		ev, err := bus.Codec().DecodeStored(raw)
 		if err != nil {
 			r.LastSeq = max(r.LastSeq, raw.Seq)

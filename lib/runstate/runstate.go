@@ -277,7 +277,7 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		}
 		r.Requested, r.Driver = true, "runner"
 		r.SkillName, r.Inputs, r.Yes, r.Agent, r.RequestedBy, r.RequestedAt = d.Skill.Name, d.Inputs, d.Yes, d.Agent, d.RequestedBy, ev.Time()
-		sk, err := skills.Load(d.Skill.File, d.Skill.Source, d.Skill.Digest)
+		sk, err := skills.Load(d.Skill.File, d.Skill.Source)
 		if err != nil {
 			r.SkillErr = err
 			return nil

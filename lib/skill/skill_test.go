@@ -2,10 +2,12 @@ package skill_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -562,20 +564,65 @@ steps:
 func TestCacheByDigest(t *testing.T) {
 	c := skill.NewCache()
 	src := string(examples(t)["release_prod.yaml"])
-	a, err := skill.Load("x.yaml", []byte(src))
+	first, err := c.Load("x.yaml", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := c.Load("x.yaml", src, a.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := c.Load("x.yaml", src, a.Digest)
+	second, err := c.Load("x.yaml", src)
 	if err != nil || second != first {
 		t.Errorf("second load compiled again (%p vs %p) or failed: %v", second, first, err)
 	}
-	if _, err := c.Load("bad.yaml", "name: t\n", "sha256:00"); err == nil {
-		t.Error("cache loaded a bad skill")
+	// Keyed by content: another source is another skill.
+	other := strings.Replace(src, "name: release_prod", "name: release_other", 1)
+	if sk, err := c.Load("x.yaml", other); err != nil || sk == first || sk.Name != "release_other" {
+		t.Errorf("another source gave %v (same as the first: %v), err %v", sk, sk == first, err)
+	}
+	if _, err := c.Load("bad.yaml", "name: t\n"); err == nil || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Errorf("cache loaded a bad skill, or its error does not name its file: %v", err)
+	}
+	if _, err := c.Load("bad2.yaml", "name: t\n"); err == nil || !strings.Contains(err.Error(), "bad2.yaml") {
+		t.Errorf("a bad skill's error names another file: %v", err)
+	}
+	if n := c.Len(); n != 2 {
+		t.Errorf("cache holds %d skills, want 2 (bad ones are not kept)", n)
+	}
+}
+
+// TestCacheConcurrentAndBounded: many callers asking for one new skill at
+// once get one compiled skill, and the cache stays bounded however many
+// distinct skills pass through it.
+func TestCacheConcurrentAndBounded(t *testing.T) {
+	c := skill.NewCache()
+	src := string(examples(t)["release_prod.yaml"])
+	var wg sync.WaitGroup
+	got := make([]*skill.Skill, 16)
+	for i := range got {
+		wg.Go(func() {
+			sk, err := c.Load("x.yaml", src)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = sk
+		})
+	}
+	wg.Wait()
+	for _, sk := range got {
+		if sk != got[0] {
+			t.Fatalf("concurrent loads compiled the skill more than once")
+		}
+	}
+	for i := range 600 {
+		if _, err := c.Load("x.yaml", fmt.Sprintf("name: s%d\nsteps:\n  - name: c\n    confirm: {message: \"sure?\"}\n", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Len(); n > 512 || n < 100 {
+		t.Fatalf("cache holds %d skills after 601 distinct ones; want at most 512", n)
+	}
+	// The most recently used are kept.
+	sk, err := c.Load("y.yaml", "name: s599\nsteps:\n  - name: c\n    confirm: {message: \"sure?\"}\n")
+	if err != nil || sk.File != "x.yaml" {
+		t.Fatalf("the most recent skill was not kept (file %q, err %v)", sk.File, err)
 	}
 }
 

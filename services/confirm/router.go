@@ -345,7 +345,7 @@ func (r *router) remember(ctx context.Context, id, answerID string, req *events.
 		eventID = answerID + "/forget"
 	}
 	done := false
-	if _, err := events.ReadLog(ctx, r.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("pref", prefID)}, 0, func(raw events.RawMsg) error {
+	if _, err := events.ReadHistory(ctx, r.bus.JetStream(), events.EventStream, events.SubjectFilter("pref", prefID), 0, func(raw events.RawMsg) error {
 		done = done || raw.Header.Get(events.HeaderMsgID) == eventID
 		return nil
 	}); err != nil {

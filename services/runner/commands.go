@@ -15,6 +15,7 @@ import (
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 )
@@ -80,10 +81,9 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 			return nil, events.Errorf(events.CodeBusy, "too many large skills are being started; try again")
 		}
 	}
-	// Compiled once per process: the runner's own cache, which the run
-	// itself will use.
-	sum := sha256.Sum256([]byte(req.Skill.Source))
-	sk, err := c.e.skills.Load(req.Skill.File, req.Skill.Source, "sha256:"+hex.EncodeToString(sum[:]))
+	// Compiled once per process (by content): the runner's own cache,
+	// which the run itself will use.
+	sk, err := c.e.skills.Load(req.Skill.File, req.Skill.Source)
 	if err != nil {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill does not load:\n%v", err)
 	}
@@ -157,7 +157,7 @@ func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*ru
 	if r == nil {
 		r = runstate.New(id)
 	}
-	_, err := events.ReadLog(ctx, c.e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, r.LastSeq, func(raw events.RawMsg) error {
+	_, err := events.ReadHistory(ctx, c.e.bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), r.LastSeq, func(raw events.RawMsg) error {
 		// Count every message's position, valid or not: the stream's
 		// expected-sequence check counts them all.
 		r.LastSeq = max(r.LastSeq, raw.Seq)
@@ -182,18 +182,53 @@ func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*ru
 // subscriber on heed.run.<id>.paused gets the message as the stream
 // receives it): a command must judge the run as its caller saw it, not
 // refuse the caller for being quick.
+//
+// In the normal case that is one read. Otherwise the command subscribes to
+// the run's subjects and reads again when something is published there;
+// reads at growing intervals catch the one event the subscription cannot
+// see: the one published before it, still on its way into the stream.
 func (c *commands) awaitRun(ctx context.Context, id string, ready func(*runstate.Run) bool) (*runstate.Run, error) {
 	r, err := c.loadRun(ctx, id, nil)
 	if err != nil {
 		return nil, err
 	}
+	if ready(r) || r.Terminal() || c.lagWait <= 0 {
+		return r, nil
+	}
 	deadline := time.Now().Add(c.lagWait)
-	for wait := 2 * time.Millisecond; !ready(r) && !r.Terminal() && time.Now().Before(deadline); wait = min(2*wait, 100*time.Millisecond) {
+	wake := make(chan struct{}, 1)
+	sub, err := c.e.bus.Conn().Subscribe(events.SubjectFilter("run", id), func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("follow run %s: %v", id, err), Err: err}
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// The subscription reaches the server before this read (one
+	// connection, in order): whatever is published from here on wakes us.
+	if r, err = c.loadRun(ctx, id, r); err != nil {
+		return nil, err
+	}
+	const firstWait = 5 * time.Millisecond
+	for wait := firstWait; !ready(r) && !r.Terminal(); wait = min(4*wait, 320*time.Millisecond) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		t := time.NewTimer(min(wait, left))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil, ctx.Err()
-		case <-time.After(wait):
+		case <-wake:
+			// Published, perhaps not yet stored: look again soon after.
+			wait = firstWait / 2
+		case <-t.C:
 		}
+		t.Stop()
 		if r, err = c.loadRun(ctx, id, r); err != nil {
 			return nil, err
 		}

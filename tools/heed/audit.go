@@ -40,7 +40,7 @@ line.`,
 			var items []item
 			seen := map[uint64]bool{}
 			read := func(filter string) error {
-				_, err := events.ReadLog(ctx, c.Bus().JetStream(), events.EventStream, []string{filter}, 0, func(raw events.RawMsg) error {
+				_, err := events.ReadHistory(ctx, c.Bus().JetStream(), events.EventStream, filter, 0, func(raw events.RawMsg) error {
 					if seen[raw.Seq] {
 						return nil
 					}

@@ -188,15 +188,13 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		rts = append(rts, rt)
 		names = append(names, s.name)
 	}
-	// Services start one at a time, once every connection has provisioned
-	// the streams, each when the one before has set up (it registers its
-	// health check once its consumers exist): a stream or bucket update
-	// racing another service's consumer creation is a data race inside
-	// nats-server. And "ready" then means ready.
+	// Every service starts at once. Provisioning leaves unchanged streams
+	// and buckets alone (events.Provision), so no service updates a
+	// stream while another creates its consumers on it. "Ready" means
+	// every service has set up: each registers its health check once its
+	// consumers exist.
+	var starting sync.WaitGroup
 	for i, s := range landedServices(o) {
-		if runCtx.Err() != nil {
-			break
-		}
 		rt, done := rts[i], make(chan struct{})
 		wg.Add(1)
 		go func(run service.RunFunc) {
@@ -207,8 +205,9 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 				cancel()
 			}
 		}(s.run)
-		waitStarted(runCtx, log, rt, done)
+		starting.Go(func() { waitStarted(runCtx, log, rt, done) })
 	}
+	starting.Wait()
 	if o.metricsListen != "" && runCtx.Err() == nil {
 		addr, err := service.ListenMetrics(runCtx, o.metricsListen, gather, log)
 		if err != nil {
@@ -254,7 +253,7 @@ func waitStarted(ctx context.Context, log *slog.Logger, rt *service.Runtime, don
 		case <-done:
 			return
 		case <-slow:
-			log.Warn("service is slow to start; starting the next", "service", rt.Name)
+			log.Warn("service is slow to start; not waiting for it", "service", rt.Name)
 			return
 		case <-tick.C:
 		}

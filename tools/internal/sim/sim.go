@@ -442,7 +442,7 @@ func (e *env) report(ctx context.Context, runIDs []string, d time.Duration) (*Re
 		fmap := map[stepKey]*failure{}
 		healedBy := map[int]string{}
 		escalated := map[stepKey]bool{}
-		_, err := events.ReadLog(ctx, e.bus.JetStream(), events.EventStream, []string{events.SubjectFilter("run", id)}, 0, func(raw events.RawMsg) error {
+		_, err := events.ReadHistory(ctx, e.bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), 0, func(raw events.RawMsg) error {
 			ev, err := e.bus.Codec().DecodeStored(raw)
 			if err != nil {
 				return nil

@@ -1,0 +1,156 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go"
+)
+
+// TestReadHistory reads an aggregate's history with batched direct gets:
+// the same messages, headers and times as the consumer-based ReadLog,
+// across several batches, bounded by what was stored when the read began,
+// and no consumer left behind (or created: none is counted during the read).
+func TestReadHistory(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := testCtx(t)
+	const n = 600 // more than two batches
+	for i := range n {
+		for _, agg := range []string{"ra", "rb"} {
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, agg, fmt.Sprintf("%s/%d", agg, i), stepFailedData)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A message the gate refuses is part of the history too.
+	bad := rawMsg(t, newEvent(t, events.RunStepFailed, "ra", "ra/bad", map[string]any{"nope": true}))
+	if _, err := bus.JetStream().PublishMsg(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	filter := events.SubjectFilter("run", "ra")
+	var want []events.RawMsg
+	wantLast, err := events.ReadLog(ctx, bus.JetStream(), events.EventStream, []string{filter}, 0, func(m events.RawMsg) error {
+		want = append(want, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != n+1 {
+		t.Fatalf("ReadLog read %d messages, want %d", len(want), n+1)
+	}
+	s, err := bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	before := consumers()
+
+	var got []events.RawMsg
+	published := false
+	last, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, 0, func(m events.RawMsg) error {
+		if c := consumers(); c != before {
+			t.Errorf("%d consumers during the read, %d before", c, before)
+		}
+		// Stored after the read began: not part of this read.
+		if !published {
+			published = true
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, "ra", "ra/late", stepFailedData)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got = append(got, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ReadHistory read %d messages, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Seq != w.Seq || g.Subject != w.Subject || string(g.Data) != string(w.Data) || !g.Stored.Equal(w.Stored) {
+			t.Fatalf("message %d: got seq %d %s at %v, want seq %d %s at %v", i, g.Seq, g.Subject, g.Stored, w.Seq, w.Subject, w.Stored)
+		}
+		for k, v := range w.Header {
+			if !slices.Equal(g.Header[k], v) {
+				t.Fatalf("message %d: header %s = %q, want %q", i, k, g.Header[k], v)
+			}
+		}
+		if len(g.Header) != len(w.Header) {
+			t.Fatalf("message %d: headers %v, want %v", i, g.Header, w.Header)
+		}
+	}
+	if last != want[len(want)-1].Seq || last > wantLast {
+		t.Fatalf("ReadHistory returned %d, want %d", last, want[len(want)-1].Seq)
+	}
+
+	// From a sequence on: only what follows it (now the late one too).
+	mid := want[n/2].Seq
+	var tail []uint64
+	if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, mid, func(m events.RawMsg) error {
+		tail = append(tail, m.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tail) != n-n/2+1 || tail[0] <= mid {
+		t.Fatalf("read after %d: %d messages from %v, want %d", mid, len(tail), tail[:1], n-n/2+1)
+	}
+
+	// Nothing stored (after the end, or no such aggregate): no call, after back.
+	for _, c := range []struct {
+		filter string
+		after  uint64
+	}{{filter, tail[len(tail)-1]}, {events.SubjectFilter("run", "nosuch"), 0}, {events.SubjectFilter("run", "nosuch"), 7}} {
+		calls := 0
+		last, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, c.filter, c.after, func(events.RawMsg) error { calls++; return nil })
+		if err != nil || calls != 0 || last != c.after {
+			t.Fatalf("read %s after %d: %d calls, last %d, err %v; want none, %d, nil", c.filter, c.after, calls, last, err, c.after)
+		}
+	}
+	if c := consumers(); c != before {
+		t.Fatalf("%d consumers after the reads, %d before", c, before)
+	}
+}
+
+// TestReadHistoryNeverShort: a stream that is not there, or one that does
+// not answer in time, is an error, never an empty history.
+func TestReadHistoryNeverShort(t *testing.T) {
+	env := eventstest.Start(t)
+	nc, err := nats.Connect(env.URL(), nats.Timeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	bus, err := events.NewBus(nc, env.Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A responder that never answers.
+	silent, err := env.Conn(t).SubscribeSync("$JS.API.DIRECT.GET.SILENT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe()
+	for _, stream := range []string{"NOSUCH", "SILENT"} {
+		calls := 0
+		_, err := events.ReadHistory(context.Background(), bus.JetStream(), stream, "heed.run.x.>", 0, func(events.RawMsg) error { calls++; return nil })
+		if events.CodeOf(err) != events.CodeUnavailable || calls != 0 {
+			t.Errorf("read from %s: %d calls, err %v; want an unavailable error", stream, calls, err)
+		}
+	}
+}
