@@ -870,14 +870,23 @@ func TestDefaultConfigClassifiesAndPicksCluster(t *testing.T) {
 		"HTTP 429 Too Many Requests":                        "quota",
 		"manifest unknown: quay.io/x:abc":                   "not_found",
 		"context deadline exceeded":                         "timeout",
+		// A status code inside a hex tag is not that status (the agent's
+		// random short SHA once contained "401").
+		"manifest unknown: quay.io/app-sre/backend:38f4014": "not_found",
+		"GET /v2/x: status=401":                             "auth",
+		"HTTP 403 Forbidden":                                "auth",
+		"error 404 (page 4040 of 5000)":                     "not_found",
+		"http: read on closed body: ReadTimeout":            "timeout",
 	} {
 		p := cfg.Classify(msg)
 		if p == nil || p.Kind != kind {
 			t.Errorf("Classify(%q) = %+v, want %s", msg, p, kind)
 		}
 	}
-	if p := cfg.Classify("exit status 3: something odd"); p != nil {
-		t.Errorf("an unknown error classified as %s", p.Kind)
+	for _, msg := range []string{"exit status 3: something odd", "image sha256:a4014b0d missing layer", "run 14290 stopped"} {
+		if p := cfg.Classify(msg); p != nil {
+			t.Errorf("Classify(%q) = %s, want no class", msg, p.Kind)
+		}
 	}
 	for _, c := range []struct{ tool, own, text, want string }{
 		{"kube_get_deployment", "stage", "prod", "stage"},

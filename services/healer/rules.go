@@ -122,13 +122,41 @@ func (c *Rules) Classify(msg string) *Pattern {
 	m := strings.ToLower(msg)
 	for _, p := range c.Patterns {
 		for _, s := range p.Match {
-			if strings.Contains(m, s) {
+			if containsMatch(m, s) {
 				return p
 			}
 		}
 	}
 	return nil
 }
+
+// containsMatch reports whether msg contains s, where an edge of s that is
+// a digit must not continue a run of letters or digits in msg: "401"
+// matches "HTTP 401" and "status=401" but not the image tag "38f4014"
+// (hex ids and timestamps are full of status codes). Letters match inside
+// words as before ("timeout" in "ReadTimeout").
+func containsMatch(msg, s string) bool {
+	if s == "" {
+		return false
+	}
+	digitStart, digitEnd := isDigit(s[0]), isDigit(s[len(s)-1])
+	for from := 0; ; {
+		i := strings.Index(msg[from:], s)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(s)
+		if (!digitStart || i == 0 || !isAlnum(msg[i-1])) && (!digitEnd || end == len(msg) || !isAlnum(msg[end])) {
+			return true
+		}
+		from = i + 1
+	}
+}
+
+func isDigit(b byte) bool { return b >= '0' && b <= '9' }
+
+func isAlnum(b byte) bool { return isDigit(b) || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') }
 
 // Cluster detects the cluster a tool acts on: its own setting, then the
 // name map, then "prod" in its output or error, then the default.
