@@ -69,7 +69,10 @@ func (d *decider) heal(r *runstate.Run, f *events.StepFailedData, now time.Time)
 		return out
 	}
 	a := r.Attempt(f.Index, f.Attempt)
-	if a == nil || r.Terminal() || a.Decided() {
+	// An attempt the fold does not hold as failed (a second writer's
+	// failure of an attempt that had completed) is not the healer's to heal:
+	// the fold would ignore every stage written for it.
+	if a == nil || a.Failed == nil || r.Terminal() || a.Decided() {
 		return out
 	}
 	if later := r.Attempt(f.Index, f.Attempt+1); later != nil && later.Started != nil && a.Triggered == nil {
@@ -92,6 +95,9 @@ func (d *decider) heal(r *runstate.Run, f *events.StepFailedData, now time.Time)
 		}
 	}
 	tr := a.Triggered
+	if tr == nil {
+		return out // the fold refused the trigger: nothing to build on
+	}
 	switch tr.Plan {
 	case events.PlanGiveUp:
 		return giveUp("no fix is known for this error and the run has no agent to ask", "")
