@@ -634,3 +634,58 @@ func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestConsumeSeveralFiltersOneServerFilter: a consumer of several subjects
+// asks the server for one covering filter (nats-server's several-filter
+// path walks every subject of a block per message) and acknowledges what
+// falls outside its filters without handling or dead-lettering it, even
+// garbage; it handles exactly its events, in log order.
+func TestConsumeSeveralFiltersOneServerFilter(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := jsOf(t, env)
+
+	var want []string
+	for i := range 20 {
+		agg := fmt.Sprintf("filt%d", i)
+		if i%2 == 0 {
+			ev := newEvent(t, events.RunStepFailed, agg, agg+"-failed", stepFailedData)
+			publishRaw(t, js, rawMsg(t, ev))
+			want = append(want, ev.ID())
+		}
+		// Outside the filters: another type of the same kind, and garbage
+		// that would be dead-lettered if it were handed to the gate.
+		publishRaw(t, js, rawMsg(t, newEvent(t, events.RunStarted, agg, agg+"-started", runStartedData)))
+		publishRaw(t, js, &nats.Msg{Subject: "heed.run." + agg + ".started", Data: []byte("not an event")})
+	}
+	var rec recorder
+	filters := []string{"heed.run.*.step.failed", "heed.run.*.step.retried"}
+	c := consume(t, bus, events.ConsumerConfig{Name: "filtered", Filters: filters, MaxAckPending: 1}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		rec.add(d.Event.ID())
+		return nil, nil
+	})
+	waitIdle(t, js, "filtered")
+
+	info := consumerInfo(t, js, "filtered")
+	if info.Config.FilterSubject != "heed.run.*.step.>" || len(info.Config.FilterSubjects) != 0 {
+		t.Errorf("server filter = %q %v, want the one covering filter heed.run.*.step.>", info.Config.FilterSubject, info.Config.FilterSubjects)
+	}
+	if got := rec.seen(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+	if s := c.Stats(); s.Handled != uint64(len(want)) || s.DeadLettered != 0 {
+		t.Errorf("stats = %+v, want %d handled, none dead-lettered", s, len(want))
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 0 {
+		t.Errorf("DLQ holds %d messages, want none", n)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Errorf("pending %d, ack pending %d: the skipped messages must be acknowledged", info.NumPending, info.NumAckPending)
+	}
+
+	// Every event subject: the default filters share "heed".
+	consume(t, bus, events.ConsumerConfig{Name: "all"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if f := consumerInfo(t, js, "all").Config.FilterSubject; f != "heed.>" {
+		t.Errorf("default filters: server filter %q, want heed.>", f)
+	}
+}
