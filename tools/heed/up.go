@@ -64,6 +64,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var replicas int
 	var sweepEvery, sweepQuiet time.Duration
 	var syncAlways bool
+	var pprofListen string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run heed: an embedded NATS server (or --nats-url) plus every service",
@@ -77,7 +78,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
-				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, syncAlways: syncAlways,
+				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, syncAlways: syncAlways, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -92,6 +93,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
 	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
+	cmd.Flags().StringVar(&pprofListen, "pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) of heed and its embedded server on this host:port; off by default")
 	return cmd
 }
 
@@ -101,11 +103,20 @@ type upOptions struct {
 	replicas                             int
 	sweepEvery, sweepQuiet               time.Duration
 	syncAlways                           bool
+	pprofListen                          string
 }
 
 type writer interface{ Write([]byte) (int, error) }
 
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
+	if o.pprofListen != "" {
+		stop, err := servePprof(o.pprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(out, "heed: pprof on http://%s/debug/pprof/\n", o.pprofListen)
+	}
 	url := o.natsURL
 	if url == "" {
 		url = os.Getenv("HEED_NATS_URL")
