@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,7 +90,17 @@ type ConsumerConfig struct {
 	Name        string // durable name; also names the consumer in dead letters
 	Description string
 	Filters     []string // subjects; default every event subject
-	DeliverNew  bool     // start with new events instead of the whole log
+	// ServerFilter, when set, is the one subject the server filters by; it
+	// must cover Filters, and what it delivers beyond them is acknowledged
+	// here unhandled. Set it where the filters are several and make up
+	// most of what it matches: nats-server 2.15 serves several filters by
+	// walking every subject of a message block for each message once the
+	// consumer is behind (firstMatchingMulti), so such a consumer slows
+	// down the further it falls behind; one filter is a linear scan. The
+	// default filters get "heed.>" (the event kinds, and the deadline
+	// schedules, which are skipped).
+	ServerFilter string
+	DeliverNew   bool // start with new events instead of the whole log
 
 	AckWait       time.Duration   // default 30s
 	MaxAckPending int             // default 1000; 1 gives strict log order
@@ -114,6 +123,9 @@ func (cfg *ConsumerConfig) defaults() {
 	}
 	if len(cfg.Filters) == 0 {
 		cfg.Filters = EventSubjects()
+		if cfg.ServerFilter == "" {
+			cfg.ServerFilter = Prefix + ".>"
+		}
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
@@ -173,8 +185,8 @@ type Consumer struct {
 	imu      sync.Mutex
 	inflight map[uint64]int
 
-	// only are the filters when the server filters by one subject that
-	// covers them: a message matching none is acknowledged unhandled.
+	// only are the filters when the server filters by ServerFilter: a
+	// message matching none is acknowledged unhandled.
 	only []string
 }
 
@@ -201,19 +213,15 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		MaxDeliver:     -1, // heed dead-letters itself, so the server never silently gives up
 		DeliverPolicy:  deliver,
 	}
-	// One filter on the server, always: nats-server 2.15 serves a consumer
-	// with several filters (firstMatchingMulti) by walking every subject of
-	// a message block per message once the consumer is behind, so a
-	// projection that falls behind in a log of many aggregates slows down
-	// the further behind it is (under load: 40% of heed's CPU). A single
-	// filter covering them all is a linear scan; what it covers beyond the
-	// filters (other kinds, deadline schedules) is acknowledged unhandled.
-	var skip []string
-	if cover, ok := coveringFilter(cfg.Filters); ok {
-		jc.FilterSubject, jc.FilterSubjects = cover, nil
-		if len(cfg.Filters) > 1 {
-			skip = cfg.Filters
+	var only []string
+	if cfg.ServerFilter != "" {
+		for _, f := range cfg.Filters {
+			if !subjectMatches(cfg.ServerFilter, f) {
+				return nil, fmt.Errorf("consumer %s: server filter %s does not cover filter %s", cfg.Name, cfg.ServerFilter, f)
+			}
 		}
+		jc.FilterSubject, jc.FilterSubjects = cfg.ServerFilter, nil
+		only = cfg.Filters
 	}
 	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
 	if err != nil {
@@ -223,10 +231,17 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, only: skip,
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, only: only,
 	}
+	// A short queue per worker: what waits here has been delivered, so its
+	// ack wait is running. With long queues (up to MaxAckPending, which is
+	// there to bound held deliveries) a backlog waited here longer than the
+	// ack wait and came back as redeliveries, handled twice (the runner,
+	// 5 s ack wait, under 10,000 runs opened at once: 11,000 delivered and
+	// unacknowledged, 480 redelivered, 50 MB of messages in memory). A full
+	// queue blocks delivery, and the backlog waits in the stream instead.
 	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
-	buffer = min(buffer, 1024)
+	buffer = min(buffer, 64)
 	for range cfg.Workers {
 		q := make(chan *Delivery, buffer)
 		c.queues = append(c.queues, q)
@@ -430,33 +445,6 @@ func partition(key string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % uint32(n))
-}
-
-// coveringFilter is the one subject filter that covers filters: the
-// tokens they share, then ">" ("heed.>" for heed.run.> and
-// heed.confirm.*.answered). ok is false when they share no token: the
-// server then filters by all of them, as asked.
-func coveringFilter(filters []string) (string, bool) {
-	if len(filters) == 1 {
-		return filters[0], true
-	}
-	common := strings.Split(filters[0], ".")
-	for _, f := range filters[1:] {
-		toks := strings.Split(f, ".")
-		n := 0
-		for n < len(common) && n < len(toks) && common[n] == toks[n] && common[n] != ">" {
-			n++
-		}
-		common = common[:n]
-	}
-	// A shared last token is not a prefix: "a.b" and "a.b.>" share "a.b".
-	for len(common) > 0 && slices.ContainsFunc(filters, func(f string) bool { return len(strings.Split(f, ".")) <= len(common) }) {
-		common = common[:len(common)-1]
-	}
-	if len(common) == 0 {
-		return "", false
-	}
-	return strings.Join(common, ".") + ".>", true
 }
 
 // matchesAny reports whether subject matches one of the NATS subject

@@ -635,12 +635,13 @@ func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
 	}
 }
 
-// TestConsumeSeveralFiltersOneServerFilter: a consumer of several subjects
-// asks the server for one covering filter (nats-server's several-filter
-// path walks every subject of a block per message) and acknowledges what
-// falls outside its filters without handling or dead-lettering it, even
-// garbage; it handles exactly its events, in log order.
-func TestConsumeSeveralFiltersOneServerFilter(t *testing.T) {
+// TestConsumeServerFilter: a consumer of several subjects with one
+// covering ServerFilter asks the server for that one filter (its
+// several-filter path walks every subject of a block per message) and
+// acknowledges what falls outside its filters without handling or
+// dead-lettering it, even garbage; it handles exactly its events, in log
+// order. A ServerFilter that does not cover the filters is refused.
+func TestConsumeServerFilter(t *testing.T) {
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
 	js := jsOf(t, env)
@@ -660,21 +661,21 @@ func TestConsumeSeveralFiltersOneServerFilter(t *testing.T) {
 	}
 	var rec recorder
 	filters := []string{"heed.run.*.step.failed", "heed.run.*.step.retried"}
-	c := consume(t, bus, events.ConsumerConfig{Name: "filtered", Filters: filters, MaxAckPending: 1}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+	c := consume(t, bus, events.ConsumerConfig{Name: "filtered", Filters: filters, ServerFilter: "heed.run.>", MaxAckPending: 1}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
 		rec.add(d.Event.ID())
 		return nil, nil
 	})
 	waitIdle(t, js, "filtered")
 
 	info := consumerInfo(t, js, "filtered")
-	if info.Config.FilterSubject != "heed.run.*.step.>" || len(info.Config.FilterSubjects) != 0 {
-		t.Errorf("server filter = %q %v, want the one covering filter heed.run.*.step.>", info.Config.FilterSubject, info.Config.FilterSubjects)
+	if info.Config.FilterSubject != "heed.run.>" || len(info.Config.FilterSubjects) != 0 {
+		t.Errorf("server filter = %q %v, want the one filter heed.run.>", info.Config.FilterSubject, info.Config.FilterSubjects)
 	}
 	if got := rec.seen(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("handler saw %v, want %v", got, want)
 	}
-	if s := c.Stats(); s.Handled != uint64(len(want)) || s.DeadLettered != 0 {
-		t.Errorf("stats = %+v, want %d handled, none dead-lettered", s, len(want))
+	if s := c.Stats(); s.Handled != uint64(len(want)) || s.DeadLettered != 0 || s.Skipped != 40 {
+		t.Errorf("stats = %+v, want %d handled, none dead-lettered, 40 skipped", s, len(want))
 	}
 	if n := streamCount(t, js, events.DLQStream, ">"); n != 0 {
 		t.Errorf("DLQ holds %d messages, want none", n)
@@ -683,9 +684,17 @@ func TestConsumeSeveralFiltersOneServerFilter(t *testing.T) {
 		t.Errorf("pending %d, ack pending %d: the skipped messages must be acknowledged", info.NumPending, info.NumAckPending)
 	}
 
-	// Every event subject: the default filters share "heed".
+	// Every event subject (the default) gets heed.>.
 	consume(t, bus, events.ConsumerConfig{Name: "all"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
 	if f := consumerInfo(t, js, "all").Config.FilterSubject; f != "heed.>" {
 		t.Errorf("default filters: server filter %q, want heed.>", f)
+	}
+	// Without a ServerFilter, the server filters by the filters.
+	consume(t, bus, events.ConsumerConfig{Name: "several", Filters: filters}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if f := consumerInfo(t, js, "several").Config.FilterSubjects; len(f) != 2 {
+		t.Errorf("no server filter: server filters %v, want both", f)
+	}
+	if _, err := events.Consume(testCtx(t), bus, events.ConsumerConfig{Name: "bad", Filters: filters, ServerFilter: "heed.confirm.>"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil }); err == nil {
+		t.Error("a server filter that does not cover the filters was accepted")
 	}
 }
