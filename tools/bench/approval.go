@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -537,6 +539,11 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if env.cfg.upHeap != "" {
+		if err := fetchHeap(ctx, env.cfg.upPprof, env.cfg.upHeap); err != nil {
+			env.logf("approval: heap profile: %v", err)
+		}
+	}
 
 	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
 	verdicts := []bool{
@@ -572,4 +579,30 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		res.missed = res.missed || !ok
 	}
 	return res, nil
+}
+
+// fetchHeap saves heed up's heap profile (after a GC) from its pprof
+// listener: what holds the memory of the pending confirmations.
+func fetchHeap(ctx context.Context, addr, path string) error {
+	if addr == "" {
+		return errors.New("-up-heapprofile needs -up-pprof")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -63,6 +63,7 @@ type config struct {
 	heedBin             string
 	upPprof             string
 	upArgs              string
+	upHeap              string
 	approvals           int
 	roundTrips          int
 	pending             int
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.StringVar(&c.heedBin, "heed", "", "the heed binary the approval section runs as `heed up` (default: heed next to heed-bench, i.e. bin/heed)")
 	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
+	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held to this file (needs -up-pprof)")
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
 	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
 	fs.IntVar(&c.roundTrips, "round-trips", 500, "approval section: single approvals measured one at a time")
