@@ -155,7 +155,7 @@ type ConsumerStats struct {
 	Handled      uint64 // events handled and acknowledged
 	DeadLettered uint64 // messages sent to the dead-letter stream
 	Retried      uint64 // negative acknowledgements for a retry
-	Skipped      uint64 // outside the filters (delivered by the covering filter), acknowledged unhandled
+	Skipped      uint64 // delivered by ServerFilter but outside the filters, acknowledged unhandled
 }
 
 // Consumer runs a Handler over a durable JetStream consumer.
@@ -222,6 +222,8 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		}
 		jc.FilterSubject, jc.FilterSubjects = cfg.ServerFilter, nil
 		only = cfg.Filters
+	} else if len(cfg.Filters) == 1 {
+		jc.FilterSubject, jc.FilterSubjects = cfg.Filters[0], nil
 	}
 	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
 	if err != nil {

@@ -694,6 +694,10 @@ func TestConsumeServerFilter(t *testing.T) {
 	if f := consumerInfo(t, js, "several").Config.FilterSubjects; len(f) != 2 {
 		t.Errorf("no server filter: server filters %v, want both", f)
 	}
+	consume(t, bus, events.ConsumerConfig{Name: "one", Filters: []string{"heed.run.>"}}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if ci := consumerInfo(t, js, "one"); ci.Config.FilterSubject != "heed.run.>" || len(ci.Config.FilterSubjects) != 0 {
+		t.Errorf("one filter: server filter %q %v, want heed.run.>", ci.Config.FilterSubject, ci.Config.FilterSubjects)
+	}
 	if _, err := events.Consume(testCtx(t), bus, events.ConsumerConfig{Name: "bad", Filters: filters, ServerFilter: "heed.confirm.>"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil }); err == nil {
 		t.Error("a server filter that does not cover the filters was accepted")
 	}

@@ -495,6 +495,24 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 
+	// Each phase starts with heed at rest: every consumer caught up.
+	var settled []string
+	rest := func(phase string) error {
+		d, ok, err := settle(ctx, c.nc, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		note := fmt.Sprintf("%s: consumers caught up in %s", phase, d.Round(100*time.Millisecond))
+		if !ok {
+			note = fmt.Sprintf("%s: consumers still behind after %s; measured anyway", phase, d.Round(time.Second))
+		}
+		env.logf("approval: %s", note)
+		settled = append(settled, note)
+		return nil
+	}
+	if err := rest("before opening"); err != nil {
+		return nil, err
+	}
 	n := env.cfg.approvals
 	env.logf("approval: opening %d waiting runs with %d callers", n, approvalCallers)
 	_, confirms, openElapsed, err := c.open(ctx, "open", n)
@@ -502,6 +520,9 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	openRate := float64(n) / openElapsed.Seconds()
+	if err := rest("before answering"); err != nil {
+		return nil, err
+	}
 
 	env.logf("approval: answering %d pending approvals with %d callers", n, approvalCallers)
 	ansLat, ansElapsed, err := c.answerAll(ctx, confirms)
@@ -516,6 +537,9 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := rest("before the round trips"); err != nil {
+		return nil, err
+	}
 	if _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
 		return nil, err
 	}
@@ -524,6 +548,9 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 
+	if err := rest(fmt.Sprintf("before the %s", thousands(int64(env.cfg.pending)))); err != nil {
+		return nil, err
+	}
 	pend := env.cfg.pending
 	env.logf("approval: opening %d waiting runs and holding them", pend)
 	_, _, pendElapsed, err := c.open(ctx, "pend", pend)
@@ -573,6 +600,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		"heed up runs as a child process (bin/heed, fresh data directory, embedded server on a free loopback port); RSS is that process: heed's services and its embedded nats-server together.",
 		"The skill pauses at a confirm step for a person (deadline 1 h), then computes one value. Opening = heed.cmd.run.start until the requester's subscription sees heed.run.<id>.paused; answering = heed.cmd.confirm.answer (method user) until its reply.",
 		"Round trip: one answer at a time, from sending heed.cmd.confirm.answer until a plain subscription on heed.run.*.resumed sees the run resume (20 warm up first).",
+		"Each phase starts with heed at rest (every consumer of HEED_EVENTS caught up, at most 2 min): "+strings.Join(settled, "; ")+".",
 		"200 runs are opened and approved first to warm up. -approvals, -round-trips, -pending change the counts; -up-pprof ADDR gives heed up a pprof listener (go tool pprof http://ADDR/debug/pprof/profile?seconds=20 while it runs).",
 	)
 	for _, ok := range verdicts {
@@ -605,4 +633,41 @@ func fetchHeap(ctx context.Context, addr, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// settle waits until every consumer of the event stream has caught up
+// (nothing pending, nothing unacknowledged), so that a phase is measured
+// against heed at rest rather than against the projections still folding
+// the phase before, and returns how long that took (at most limit).
+func settle(ctx context.Context, nc *nats.Conn, limit time.Duration) (time.Duration, bool, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, false, err
+	}
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return 0, false, err
+	}
+	t0 := time.Now()
+	for {
+		busy := uint64(0)
+		lister := s.ListConsumers(ctx)
+		for ci := range lister.Info() {
+			busy += ci.NumPending + uint64(ci.NumAckPending)
+		}
+		if err := lister.Err(); err != nil {
+			return 0, false, err
+		}
+		if busy == 0 {
+			return time.Since(t0), true, nil
+		}
+		if time.Since(t0) > limit {
+			return time.Since(t0), false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
