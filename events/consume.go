@@ -98,7 +98,10 @@ type ConsumerConfig struct {
 	// consumer is behind (firstMatchingMulti), so such a consumer slows
 	// down the further it falls behind; one filter is a linear scan. The
 	// default filters get "heed.>" (the event kinds, and the deadline
-	// schedules, which are skipped).
+	// schedules, which are skipped). The price: a consumer whose server
+	// filter covers the schedules takes part in every schedule purge
+	// (each answer purges its deadline), in which nats-server walks the
+	// consumer's unacknowledged messages.
 	ServerFilter string
 	DeliverNew   bool // start with new events instead of the whole log
 
