@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,20 @@ type ConsumerConfig struct {
 	Name        string // durable name; also names the consumer in dead letters
 	Description string
 	Filters     []string // subjects; default every event subject
-	DeliverNew  bool     // start with new events instead of the whole log
+	// ServerFilter, when set, is the one subject the server filters by; it
+	// must cover Filters, and what it delivers beyond them is acknowledged
+	// here unhandled. Set it where the filters are several and make up
+	// most of what it matches: nats-server 2.15 serves several filters by
+	// walking every subject of a message block for each message once the
+	// consumer is behind (firstMatchingMulti), so such a consumer slows
+	// down the further it falls behind; one filter is a linear scan. The
+	// default filters get "heed.>" (the event kinds, and the deadline
+	// schedules, which are skipped). The price: a consumer whose server
+	// filter covers the schedules takes part in every schedule purge
+	// (each answer purges its deadline), in which nats-server walks the
+	// consumer's unacknowledged messages.
+	ServerFilter string
+	DeliverNew   bool // start with new events instead of the whole log
 
 	AckWait       time.Duration   // default 30s
 	MaxAckPending int             // default 1000; 1 gives strict log order
@@ -112,6 +126,9 @@ func (cfg *ConsumerConfig) defaults() {
 	}
 	if len(cfg.Filters) == 0 {
 		cfg.Filters = EventSubjects()
+		if cfg.ServerFilter == "" {
+			cfg.ServerFilter = Prefix + ".>"
+		}
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
@@ -141,6 +158,7 @@ type ConsumerStats struct {
 	Handled      uint64 // events handled and acknowledged
 	DeadLettered uint64 // messages sent to the dead-letter stream
 	Retried      uint64 // negative acknowledgements for a retry
+	Skipped      uint64 // delivered by ServerFilter but outside the filters, acknowledged unhandled
 }
 
 // Consumer runs a Handler over a durable JetStream consumer.
@@ -175,14 +193,18 @@ type Consumer struct {
 	wg      sync.WaitGroup // workers
 	held    sync.WaitGroup // held deliveries
 
-	handled, dead, retried atomic.Uint64
-	stopOnce               sync.Once
+	handled, dead, retried, skipped atomic.Uint64
+	stopOnce                        sync.Once
 
 	// inflight counts, per stream sequence, the deliveries this process has
 	// queued or is handling: a redelivery of one of them means a backlog or
 	// a slow handler here, not a handler that never finished.
 	imu      sync.Mutex
 	inflight map[uint64]int
+
+	// only are the filters when the server filters by ServerFilter: a
+	// message matching none is acknowledged unhandled.
+	only []string
 }
 
 // Consume creates or updates the durable consumer and starts handling. Bad
@@ -208,7 +230,16 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		MaxDeliver:     -1, // heed dead-letters itself, so the server never silently gives up
 		DeliverPolicy:  deliver,
 	}
-	if len(cfg.Filters) == 1 {
+	var only []string
+	if cfg.ServerFilter != "" {
+		for _, f := range cfg.Filters {
+			if !subjectMatches(cfg.ServerFilter, f) {
+				return nil, fmt.Errorf("consumer %s: server filter %s does not cover filter %s", cfg.Name, cfg.ServerFilter, f)
+			}
+		}
+		jc.FilterSubject, jc.FilterSubjects = cfg.ServerFilter, nil
+		only = cfg.Filters
+	} else if len(cfg.Filters) == 1 {
 		jc.FilterSubject, jc.FilterSubjects = cfg.Filters[0], nil
 	}
 	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
@@ -227,11 +258,18 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1),
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
 	}
 	c.noteFloor(cons.CachedInfo())
+	// A short queue per worker: what waits here has been delivered, so its
+	// ack wait is running. With long queues (up to MaxAckPending, which is
+	// there to bound held deliveries) a backlog waited here longer than the
+	// ack wait and came back as redeliveries, handled twice (the runner,
+	// 5 s ack wait, under 10,000 runs opened at once: 11,000 delivered and
+	// unacknowledged, 480 redelivered, 50 MB of messages in memory). A full
+	// queue blocks delivery, and the backlog waits in the stream instead.
 	buffer := max(cfg.MaxAckPending/cfg.Workers, 1)
-	buffer = min(buffer, 1024)
+	buffer = min(buffer, 64)
 	for range cfg.Workers {
 		q := make(chan *Delivery, buffer)
 		c.queues = append(c.queues, q)
@@ -444,7 +482,7 @@ func (c *Consumer) recreate() (uint64, error) {
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Handled: c.handled.Load(), DeadLettered: c.dead.Load(), Retried: c.retried.Load()}
+	return ConsumerStats{Handled: c.handled.Load(), DeadLettered: c.dead.Load(), Retried: c.retried.Load(), Skipped: c.skipped.Load()}
 }
 
 // Stop stops fetching, lets queued and held deliveries finish (up to the
@@ -482,6 +520,11 @@ func (c *Consumer) Stop(ctx context.Context) {
 
 // receive runs on the client's delivery goroutine: gate, then dispatch.
 func (c *Consumer) receive(msg jetstream.Msg) {
+	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
+		c.skipped.Add(1)
+		_ = msg.Ack()
+		return
+	}
 	meta, err := msg.Metadata()
 	if err != nil {
 		c.log.Error("message without metadata", "subject", msg.Subject(), "err", err)
@@ -618,4 +661,32 @@ func partition(key string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % uint32(n))
+}
+
+// matchesAny reports whether subject matches one of the NATS subject
+// filters ("*" one token, ">" the rest).
+func matchesAny(filters []string, subject string) bool {
+	for _, f := range filters {
+		if subjectMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(filter, subject string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(filter, ".")
+		if ft == ">" {
+			return subject != ""
+		}
+		st, srest, smore := strings.Cut(subject, ".")
+		if ft != "*" && ft != st {
+			return false
+		}
+		if !fmore || !smore {
+			return fmore == smore
+		}
+		filter, subject = frest, srest
+	}
 }

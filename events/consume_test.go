@@ -634,3 +634,71 @@ func TestConsumeDeadLettersWhatNeverFinishes(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestConsumeServerFilter: a consumer of several subjects with one
+// covering ServerFilter asks the server for that one filter (its
+// several-filter path walks every subject of a block per message) and
+// acknowledges what falls outside its filters without handling or
+// dead-lettering it, even garbage; it handles exactly its events, in log
+// order. A ServerFilter that does not cover the filters is refused.
+func TestConsumeServerFilter(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := jsOf(t, env)
+
+	var want []string
+	for i := range 20 {
+		agg := fmt.Sprintf("filt%d", i)
+		if i%2 == 0 {
+			ev := newEvent(t, events.RunStepFailed, agg, agg+"-failed", stepFailedData)
+			publishRaw(t, js, rawMsg(t, ev))
+			want = append(want, ev.ID())
+		}
+		// Outside the filters: another type of the same kind, and garbage
+		// that would be dead-lettered if it were handed to the gate.
+		publishRaw(t, js, rawMsg(t, newEvent(t, events.RunStarted, agg, agg+"-started", runStartedData)))
+		publishRaw(t, js, &nats.Msg{Subject: "heed.run." + agg + ".started", Data: []byte("not an event")})
+	}
+	var rec recorder
+	filters := []string{"heed.run.*.step.failed", "heed.run.*.step.retried"}
+	c := consume(t, bus, events.ConsumerConfig{Name: "filtered", Filters: filters, ServerFilter: "heed.run.>", MaxAckPending: 1}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		rec.add(d.Event.ID())
+		return nil, nil
+	})
+	waitIdle(t, js, "filtered")
+
+	info := consumerInfo(t, js, "filtered")
+	if info.Config.FilterSubject != "heed.run.>" || len(info.Config.FilterSubjects) != 0 {
+		t.Errorf("server filter = %q %v, want the one filter heed.run.>", info.Config.FilterSubject, info.Config.FilterSubjects)
+	}
+	if got := rec.seen(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+	if s := c.Stats(); s.Handled != uint64(len(want)) || s.DeadLettered != 0 || s.Skipped != 40 {
+		t.Errorf("stats = %+v, want %d handled, none dead-lettered, 40 skipped", s, len(want))
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 0 {
+		t.Errorf("DLQ holds %d messages, want none", n)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Errorf("pending %d, ack pending %d: the skipped messages must be acknowledged", info.NumPending, info.NumAckPending)
+	}
+
+	// Every event subject (the default) gets heed.>.
+	consume(t, bus, events.ConsumerConfig{Name: "all"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if f := consumerInfo(t, js, "all").Config.FilterSubject; f != "heed.>" {
+		t.Errorf("default filters: server filter %q, want heed.>", f)
+	}
+	// Without a ServerFilter, the server filters by the filters.
+	consume(t, bus, events.ConsumerConfig{Name: "several", Filters: filters}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if f := consumerInfo(t, js, "several").Config.FilterSubjects; len(f) != 2 {
+		t.Errorf("no server filter: server filters %v, want both", f)
+	}
+	consume(t, bus, events.ConsumerConfig{Name: "one", Filters: []string{"heed.run.>"}}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil })
+	if ci := consumerInfo(t, js, "one"); ci.Config.FilterSubject != "heed.run.>" || len(ci.Config.FilterSubjects) != 0 {
+		t.Errorf("one filter: server filter %q %v, want heed.run.>", ci.Config.FilterSubject, ci.Config.FilterSubjects)
+	}
+	if _, err := events.Consume(testCtx(t), bus, events.ConsumerConfig{Name: "bad", Filters: filters, ServerFilter: "heed.confirm.>"}, func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil }); err == nil {
+		t.Error("a server filter that does not cover the filters was accepted")
+	}
+}

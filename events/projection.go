@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -200,6 +201,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 		Name:          ProjectorName(p),
 		Description:   "projection " + p.Name() + " into KV bucket " + p.Bucket(),
 		Filters:       p.Filters(),
+		ServerFilter:  serverFilter(p.Filters()),
 		MaxAckPending: 1,
 		Workers:       1,
 		Logger:        log,
@@ -586,4 +588,14 @@ func waitCaughtUp(ctx context.Context, js jetstream.JetStream, name string, seq 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// serverFilter is "heed.>" for a projection of every event (see
+// ConsumerConfig.ServerFilter), else none: a projection of a few types
+// would be handed every other event one at a time (MaxAckPending 1).
+func serverFilter(filters []string) string {
+	if slices.Equal(filters, EventSubjects()) {
+		return Prefix + ".>"
+	}
+	return ""
 }

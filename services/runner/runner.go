@@ -118,9 +118,12 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer patterns.Stop()
 	eng.decider.learned = bucketLearned{fixes: fixes, patterns: patterns}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
-		Name:          ConsumerName,
-		Description:   "skill runner: drives runs from their events",
-		Filters:       []string{"heed.run.>", "heed.confirm.*.answered"},
+		Name:        ConsumerName,
+		Description: "skill runner: drives runs from their events",
+		Filters:     []string{"heed.run.>", "heed.confirm.*.answered"},
+		// Run events are most of the log: one server filter (see
+		// events.ConsumerConfig.ServerFilter); the other kinds are skipped.
+		ServerFilter:  "heed.>",
 		AckWait:       cfg.AckWait,
 		MaxAckPending: cfg.MaxInFlight,
 		Workers:       cfg.Workers,

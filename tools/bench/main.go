@@ -41,6 +41,7 @@ var sections = []section{
 	{name: "publish", title: "Publish: heed event path vs raw JetStream", run: runPublish},
 	{name: "step", title: "Runner: overhead per step vs raw JetStream", run: runStep},
 	{name: "confirm", title: "Confirmations: request → answer latency and 10,000 pending", run: runConfirm},
+	{name: "approval", title: "Approvals: 1,000 pending answered by 50 callers, round trip, opening runs, 10,000 pending (heed up in its own process)", run: runApproval},
 	{name: "heal", title: "Healing and learning: load generator over 1,000 runs", run: runHeal},
 }
 
@@ -59,6 +60,13 @@ type config struct {
 	memProfile          string
 	failOnMiss          bool
 	timeout             time.Duration
+	heedBin             string
+	upPprof             string
+	upArgs              string
+	upHeap              string
+	approvals           int
+	roundTrips          int
+	pending             int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -79,6 +87,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile to this file at the end")
 	fs.BoolVar(&c.failOnMiss, "fail-on-miss", false, "exit with status 2 when a target is missed")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.StringVar(&c.heedBin, "heed", "", "the heed binary the approval section runs as `heed up` (default: heed next to heed-bench, i.e. bin/heed)")
+	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
+	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held to this file (needs -up-pprof)")
+	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
+	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
+	fs.IntVar(&c.roundTrips, "round-trips", 500, "approval section: single approvals measured one at a time")
+	fs.IntVar(&c.pending, "pending", 10000, "approval section: confirmations held pending for the RSS figure")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -95,6 +110,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-slices must be at least 1")
 	case c.maxPending < 1:
 		return c, errors.New("-max-pending must be at least 1")
+	case c.approvals < 1 || c.roundTrips < 1 || c.pending < 1:
+		return c, errors.New("-approvals, -round-trips and -pending must be at least 1")
 	case c.warmAsync < 0:
 		return c, errors.New("-warmup must not be negative")
 	}

@@ -69,6 +69,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var replicas int
 	var sweepEvery, sweepQuiet, abandonAfter time.Duration
 	var syncAlways bool
+	var pprofListen string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run heed: an embedded NATS server (or --nats-url) plus every service",
@@ -83,7 +84,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
-				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health,
+				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -103,6 +104,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().DurationVar(&health.StallAfter, "health-stall", 60*time.Second, "a service whose consumer has events waiting and has taken none for this long is degraded")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
+	cmd.Flags().StringVar(&pprofListen, "pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) of heed and its embedded server on this host:port; off by default")
 	return cmd
 }
 
@@ -114,11 +116,20 @@ type upOptions struct {
 	syncAlways                           bool
 	metricsListen, natsMonitor           string
 	health                               service.HealthConfig
+	pprofListen                          string
 }
 
 type writer interface{ Write([]byte) (int, error) }
 
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
+	if o.pprofListen != "" {
+		stop, err := servePprof(o.pprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(out, "heed: pprof on http://%s/debug/pprof/\n", o.pprofListen)
+	}
 	url := o.natsURL
 	if url == "" {
 		url = os.Getenv("HEED_NATS_URL")

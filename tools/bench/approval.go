@@ -1,0 +1,673 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The approval workload runs against `heed up` as a separate process (the
+// bench is only its client, as an agent or a channel would be), so the
+// figures include the wire between them and the RSS is heed's alone.
+
+// Targets of the approval workload (issue 12).
+const (
+	targetAnswerRate  = 2000.0                // approvals/s, 50 callers
+	targetAnswerP99   = 50 * time.Millisecond // one answer command, 50 callers
+	targetRoundTrip   = 5 * time.Millisecond  // answer → run resumed, seen by the requester
+	targetOpenRate    = 2000.0                // waiting runs opened/s
+	targetPendingRSS  = 150e6                 // bytes of heed + its embedded server, 10,000 pending
+	approvalCallers   = 50
+	approvalSkillName = "bench_approval"
+)
+
+// approvalSkill pauses at a confirmation for a person, then computes
+// something cheap: opening it is a start, a run.started and a pause; an
+// approval is an answer, a resume and a completion.
+func approvalSkill() string {
+	return `name: ` + approvalSkillName + `
+inputs:
+  n: {type: integer, default: 0}
+steps:
+  - name: approve
+    confirm:
+      message: "Approve bench run {{ inputs.n }}?"
+      options:
+        - {label: Approve, value: proceed}
+        - {label: Reject, value: cancel}
+      default: cancel
+      timeout: 3600
+    output: decision
+  - name: done
+    compute: inputs.n + 1
+    output: result
+`
+}
+
+// upProcess is `heed up` running as a child process.
+type upProcess struct {
+	cmd  *exec.Cmd
+	url  string
+	dir  string
+	done chan error
+}
+
+// heedBinary is -heed, else bin/heed next to this program (make build puts
+// both there).
+func heedBinary(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(self), "heed")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no heed binary next to heed-bench (%s): run make build, or pass -heed", p)
+	}
+	return p, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startUp starts `heed up` on a fresh data directory and a free port and
+// waits until it says it is ready.
+func startUp(ctx context.Context, env *benchEnv) (*upProcess, error) {
+	bin, err := heedBinary(env.cfg.heedBin)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(env.cfg.dir, "heed-bench-up-*")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"up", "--data", dir, "--nats-listen", listen, "--log-level", "warn"}
+	if env.cfg.upPprof != "" {
+		args = append(args, "--pprof-listen", env.cfg.upPprof)
+	}
+	args = append(args, strings.Fields(env.cfg.upArgs)...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HEED_NATS_URL=") // the embedded server, whatever the caller's environment says
+	cmd.Stderr = env.log
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	env.logf("starting %s %s", bin, strings.Join(args, " "))
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	p := &upProcess{cmd: cmd, url: "nats://" + listen, dir: dir, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		seen := false
+		for sc.Scan() {
+			line := sc.Text()
+			env.logf("  heed up: %s", line)
+			if !seen && strings.Contains(line, "heed: ready") {
+				seen = true
+				close(ready)
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+		return p, nil
+	case err := <-p.done:
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("heed up exited before it was ready: %v", err)
+	case <-time.After(60 * time.Second):
+		p.stop()
+		return nil, errors.New("heed up was not ready within 60 s")
+	case <-ctx.Done():
+		p.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// stop sends SIGTERM (heed drains and stops), kills after 30 s, and
+// removes the data.
+func (p *upProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	os.RemoveAll(p.dir)
+}
+
+// memory reads VmRSS and VmHWM (peak RSS) of the process, in bytes.
+func (p *upProcess) memory() (rss, peak int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v) // "12345 kB"
+		if len(f) < 1 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if k == "VmRSS" {
+			rss = n * 1024
+		} else {
+			peak = n * 1024
+		}
+	}
+	return rss, peak, nil
+}
+
+// approvalClient is the bench's side: it starts runs, learns from the
+// log's live subjects when each pauses and resumes, and answers.
+type approvalClient struct {
+	nc    *nats.Conn
+	codec *events.Codec
+	subs  []*nats.Subscription
+
+	mu      sync.Mutex
+	paused  map[string]string // run → confirmation
+	waitFor map[string]chan time.Time
+	resumed map[string]chan time.Time
+}
+
+func newApprovalClient(env *benchEnv, url string) (*approvalClient, error) {
+	nc, err := nats.Connect(url, nats.Name("heed-bench-approval"))
+	if err != nil {
+		return nil, err
+	}
+	c := &approvalClient{nc: nc, codec: env.codec, paused: map[string]string{}, waitFor: map[string]chan time.Time{}, resumed: map[string]chan time.Time{}}
+	// The requester watches its runs as any client can: a subscription on
+	// the events' subjects (the stream stores them; this sees them live).
+	sub, err := nc.Subscribe("heed.run.*.paused", c.onPaused)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.subs = append(c.subs, sub)
+	sub, err = nc.Subscribe("heed.run.*.resumed", c.onResumed)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.subs = append(c.subs, sub)
+	for _, s := range c.subs {
+		_ = s.SetPendingLimits(-1, -1)
+	}
+	if err := nc.Flush(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *approvalClient) close() { c.nc.Close() }
+
+func (c *approvalClient) onPaused(m *nats.Msg) {
+	now := time.Now()
+	ev, err := c.codec.Decode(m)
+	if err != nil {
+		return
+	}
+	var d events.RunPausedData
+	if json.Unmarshal(ev.Data(), &d) != nil || d.ConfirmID == "" {
+		return
+	}
+	c.mu.Lock()
+	c.paused[ev.Subject()] = d.ConfirmID
+	ch := c.waitFor[ev.Subject()]
+	delete(c.waitFor, ev.Subject())
+	c.mu.Unlock()
+	if ch != nil {
+		ch <- now
+	}
+}
+
+func (c *approvalClient) onResumed(m *nats.Msg) {
+	now := time.Now()
+	run := strings.Split(m.Subject, ".")[2]
+	c.mu.Lock()
+	ch := c.resumed[run]
+	delete(c.resumed, run)
+	c.mu.Unlock()
+	if ch != nil {
+		ch <- now
+	}
+}
+
+// open starts n runs of the approval skill with approvalCallers callers
+// and waits until every one has paused at its confirmation. It returns
+// the runs and their confirmations, and how long it took from the first
+// start to the last pause.
+func (c *approvalClient) open(ctx context.Context, tag string, n int) (runs, confirms []string, elapsed time.Duration, err error) {
+	skill := approvalSkill()
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	pausedAt := make(chan time.Time, n)
+	next := make(chan int)
+	t0 := time.Now()
+	for range approvalCallers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				var rep command.RunReply
+				req := command.StartRun{Skill: command.SkillSource{Source: skill}, Inputs: map[string]any{"n": i}, RequestedBy: "bench", RequestID: fmt.Sprintf("%s-%d", tag, i)}
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				err := command.Call(cctx, c.nc, command.RunStart, req, &rep)
+				cancel()
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("start %s-%d: %w", tag, i, err)
+				}
+				if err == nil {
+					// Register before the pause can be missed: it may have
+					// come already.
+					c.mu.Lock()
+					if _, ok := c.paused[rep.RunID]; ok {
+						pausedAt <- time.Now()
+					} else {
+						ch := make(chan time.Time, 1)
+						c.waitFor[rep.RunID] = ch
+						go func() {
+							select {
+							case t := <-ch:
+								pausedAt <- t
+							case <-ctx.Done():
+							}
+						}()
+					}
+					c.mu.Unlock()
+					runs = append(runs, rep.RunID)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, nil, 0, firstErr
+	}
+	var last time.Time
+	timeout := time.After(2 * time.Minute)
+	for got := 0; got < n; got++ {
+		select {
+		case t := <-pausedAt:
+			if t.After(last) {
+				last = t
+			}
+		case <-timeout:
+			return nil, nil, 0, fmt.Errorf("%s: %d of %d runs paused within 2 minutes", tag, got, n)
+		case <-ctx.Done():
+			return nil, nil, 0, ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	for _, r := range runs {
+		confirms = append(confirms, c.paused[r])
+	}
+	c.mu.Unlock()
+	return runs, confirms, last.Sub(t0), nil
+}
+
+// answer approves one confirmation as a person would
+// (heed.cmd.confirm.answer).
+func (c *approvalClient) answer(ctx context.Context, id string) error {
+	var rep command.AnswerReply
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return command.Call(cctx, c.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: id, Choice: "proceed", By: "bench", Channel: "bench"}, &rep)
+}
+
+// answerAll answers every confirmation with approvalCallers callers; it
+// returns each answer command's latency (sorted) and the elapsed time.
+func (c *approvalClient) answerAll(ctx context.Context, confirms []string) ([]time.Duration, time.Duration, error) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	next := make(chan string)
+	t0 := time.Now()
+	for range approvalCallers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range next {
+				s := time.Now()
+				err := c.answer(ctx, id)
+				d := time.Since(s)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("answer %s: %w", id, err)
+				}
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, id := range confirms {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	if firstErr != nil {
+		return nil, 0, firstErr
+	}
+	slices.Sort(lat)
+	return lat, elapsed, nil
+}
+
+// roundTrip answers one confirmation at a time and measures until the
+// requester's subscription sees the run resumed.
+func (c *approvalClient) roundTrip(ctx context.Context, runs, confirms []string) ([]time.Duration, error) {
+	var out []time.Duration
+	for i, run := range runs {
+		ch := make(chan time.Time, 1)
+		c.mu.Lock()
+		c.resumed[run] = ch
+		c.mu.Unlock()
+		t0 := time.Now()
+		if err := c.answer(ctx, confirms[i]); err != nil {
+			return nil, err
+		}
+		select {
+		case t := <-ch:
+			out = append(out, t.Sub(t0))
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("run %s: not resumed within 10 s of its answer", run)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// waitSchedules waits until the stream holds at least n confirmation
+// deadlines: the confirm router has taken every pending question in.
+func waitSchedules(ctx context.Context, nc *nats.Conn, n int) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("heed.schedule.confirm.>"))
+		if err == nil && len(info.State.Subjects) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			got := 0
+			if info != nil {
+				got = len(info.State.Subjects)
+			}
+			return fmt.Errorf("%d of %d confirmation deadlines scheduled within 2 minutes", got, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// runApproval is the approval workload against `heed up` in a child
+// process: open 1,000 waiting runs, answer them with 50 callers, measure
+// single approvals end to end, then hold 10,000 pending and read heed's RSS.
+func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
+	up, err := startUp(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer up.stop()
+	c, err := newApprovalClient(env, up.url)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	rss0, _, err := up.memory()
+	if err != nil {
+		return nil, err
+	}
+
+	// Warm up: the first runs pay for connections, consumers and caches.
+	env.logf("approval: warm-up (200 runs opened and approved)")
+	_, wc, _, err := c.open(ctx, "warm", 200)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := c.answerAll(ctx, wc); err != nil {
+		return nil, err
+	}
+
+	// Each phase starts with heed at rest: every consumer caught up.
+	var settled []string
+	rest := func(phase string) error {
+		d, ok, err := settle(ctx, c.nc, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		note := fmt.Sprintf("%s: consumers caught up in %s", phase, d.Round(100*time.Millisecond))
+		if !ok {
+			note = fmt.Sprintf("%s: consumers still behind after %s; measured anyway", phase, d.Round(time.Second))
+		}
+		env.logf("approval: %s", note)
+		settled = append(settled, note)
+		return nil
+	}
+	if err := rest("before opening"); err != nil {
+		return nil, err
+	}
+	n := env.cfg.approvals
+	env.logf("approval: opening %d waiting runs with %d callers", n, approvalCallers)
+	_, confirms, openElapsed, err := c.open(ctx, "open", n)
+	if err != nil {
+		return nil, err
+	}
+	openRate := float64(n) / openElapsed.Seconds()
+	if err := rest("before answering"); err != nil {
+		return nil, err
+	}
+
+	env.logf("approval: answering %d pending approvals with %d callers", n, approvalCallers)
+	ansLat, ansElapsed, err := c.answerAll(ctx, confirms)
+	if err != nil {
+		return nil, err
+	}
+	ansRate := float64(n) / ansElapsed.Seconds()
+
+	rtN := env.cfg.roundTrips
+	env.logf("approval: %d single approvals, one at a time", rtN)
+	rtRuns, rtConfirms, _, err := c.open(ctx, "rt", rtN+20)
+	if err != nil {
+		return nil, err
+	}
+	if err := rest("before the round trips"); err != nil {
+		return nil, err
+	}
+	if _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
+		return nil, err
+	}
+	rt, err := c.roundTrip(ctx, rtRuns[20:], rtConfirms[20:])
+	if err != nil {
+		return nil, err
+	}
+
+	if err := rest(fmt.Sprintf("before the %s", thousands(int64(env.cfg.pending)))); err != nil {
+		return nil, err
+	}
+	pend := env.cfg.pending
+	env.logf("approval: opening %d waiting runs and holding them", pend)
+	_, _, pendElapsed, err := c.open(ctx, "pend", pend)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitSchedules(ctx, c.nc, pend); err != nil {
+		return nil, err
+	}
+	// Let heed's GC run over the burst before reading its footprint.
+	time.Sleep(2 * time.Second)
+	rss, peak, err := up.memory()
+	if err != nil {
+		return nil, err
+	}
+	if env.cfg.upHeap != "" {
+		if err := fetchHeap(ctx, env.cfg.upPprof, env.cfg.upHeap); err != nil {
+			env.logf("approval: heap profile: %v", err)
+		}
+	}
+
+	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
+	verdicts := []bool{
+		ansRate >= targetAnswerRate,
+		percentile(ansLat, 99) <= targetAnswerP99,
+		percentile(rt, 99) <= targetRoundTrip,
+		openRate >= targetOpenRate,
+		float64(rss) <= targetPendingRSS,
+	}
+	res := &result{tables: []table{{
+		caption: fmt.Sprintf("Approvals against `heed up` in a separate process (bench = the client; %d concurrent callers)", approvalCallers),
+		columns: []string{"measure", "value", "target", "verdict"},
+		rows: [][]string{
+			{fmt.Sprintf("open %s waiting runs (start → paused at the confirm step)", thousands(int64(n))), fmt.Sprintf("%s runs/s (%s)", thousands(int64(openRate)), openElapsed.Round(time.Millisecond)), "≥ 2,000/s", passMiss(verdicts[3])},
+			{fmt.Sprintf("answer %s pending approvals", thousands(int64(n))), fmt.Sprintf("%s approvals/s (%s)", thousands(int64(ansRate)), ansElapsed.Round(time.Millisecond)), "≥ 2,000/s", passMiss(verdicts[0])},
+			{"… one answer command, p50", micros(percentile(ansLat, 50)), "", ""},
+			{"… one answer command, p99", micros(percentile(ansLat, 99)), "≤ 50 ms", passMiss(verdicts[1])},
+			{fmt.Sprintf("single approval round trip, p50 (%d, one at a time)", len(rt)), micros(percentile(rt, 50)), "", ""},
+			{"single approval round trip, p99 (answer → requester sees the run resumed)", micros(percentile(rt, 99)), "≤ 5 ms", passMiss(verdicts[2])},
+			{fmt.Sprintf("open %s more waiting runs", thousands(int64(pend))), fmt.Sprintf("%s runs/s (%s)", thousands(int64(float64(pend)/pendElapsed.Seconds())), pendElapsed.Round(time.Millisecond)), "", ""},
+			{fmt.Sprintf("heed RSS with %s confirmations pending (VmRSS)", thousands(int64(pend))), mb(rss), "≤ 150 MB", passMiss(verdicts[4])},
+			{"… peak RSS of the whole run (VmHWM)", mb(peak), "", ""},
+			{"… RSS when ready, before any run", mb(rss0), "", ""},
+		},
+	}}}
+	res.notes = append(res.notes,
+		"heed up runs as a child process (bin/heed, fresh data directory, embedded server on a free loopback port); RSS is that process: heed's services and its embedded nats-server together.",
+		"The skill pauses at a confirm step for a person (deadline 1 h), then computes one value. Opening = heed.cmd.run.start until the requester's subscription sees heed.run.<id>.paused; answering = heed.cmd.confirm.answer (method user) until its reply.",
+		"Round trip: one answer at a time, from sending heed.cmd.confirm.answer until a plain subscription on heed.run.*.resumed sees the run resume (20 warm up first).",
+		"Each phase starts with heed at rest (every consumer of HEED_EVENTS caught up, at most 2 min): "+strings.Join(settled, "; ")+".",
+		"200 runs are opened and approved first to warm up. -approvals, -round-trips, -pending change the counts; -up-pprof ADDR gives heed up a pprof listener (go tool pprof http://ADDR/debug/pprof/profile?seconds=20 while it runs).",
+	)
+	for _, ok := range verdicts {
+		res.missed = res.missed || !ok
+	}
+	return res, nil
+}
+
+// fetchHeap saves heed up's heap profile (after a GC) from its pprof
+// listener: what holds the memory of the pending confirmations.
+func fetchHeap(ctx context.Context, addr, path string) error {
+	if addr == "" {
+		return errors.New("-up-heapprofile needs -up-pprof")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// settle waits until every consumer of the event stream has caught up
+// (nothing pending, nothing unacknowledged), so that a phase is measured
+// against heed at rest rather than against the projections still folding
+// the phase before, and returns how long that took (at most limit).
+func settle(ctx context.Context, nc *nats.Conn, limit time.Duration) (time.Duration, bool, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, false, err
+	}
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return 0, false, err
+	}
+	t0 := time.Now()
+	for {
+		busy := uint64(0)
+		lister := s.ListConsumers(ctx)
+		for ci := range lister.Info() {
+			busy += ci.NumPending + uint64(ci.NumAckPending)
+		}
+		if err := lister.Err(); err != nil {
+			return 0, false, err
+		}
+		if busy == 0 {
+			return time.Since(t0), true, nil
+		}
+		if time.Since(t0) > limit {
+			return time.Since(t0), false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
