@@ -116,8 +116,9 @@ var directGetHeaders = []string{
 // of what the stream said it held is an error, never a shorter history.
 // Bad messages are passed to fn too, as with ReadLog.
 //
-// It uses batched direct gets (the stream allows direct get): one round
-// trip for a history of up to historyBatch messages and no server state,
+// It uses batched direct gets (the stream allows direct get): two round
+// trips for a history of up to historyBatch+1 messages (one for a single
+// message) and no server state,
 // where ReadLog creates and deletes a consumer. ReadLog stays for reads
 // across many subjects or the whole log (heed replay).
 func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter string, after uint64, fn func(RawMsg) error) (uint64, error) {
@@ -130,7 +131,17 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	// batches may hold messages stored since; the read stops at want.
 	var want, got uint64
 	for {
-		batch, err := jetstreamext.GetBatch(ctx, js, stream, historyBatch,
+		// The server does not stop a batch when the subject has no more
+		// messages: it looks for the next one up to the end of the
+		// stream, message by message for a wildcard. The first request
+		// asks for one message (its header says how many follow), every
+		// later one for exactly what is left, so no read walks the log
+		// past the aggregate's last message.
+		size := 1
+		if got > 0 {
+			size = int(min(want-got, historyBatch))
+		}
+		batch, err := jetstreamext.GetBatch(ctx, js, stream, size,
 			jetstreamext.GetBatchSeq(last+1), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(historyMaxBytes))
 		if err != nil {
 			return last, unavailable(err)
