@@ -215,7 +215,9 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
 		return false, nil
 	}
-	st, err := confirmation.Load(ctx, e.bus, d.Event.Subject())
+	// The verdict alone: read from literal subjects, which the server
+	// finds from its subject index instead of walking the log.
+	st, err := confirmation.LoadVerdicts(ctx, e.bus, d.Event.Subject())
 	if events.CodeOf(err) == events.CodeNotFound {
 		return false, nil // an answer before its question: refused
 	}

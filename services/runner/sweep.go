@@ -137,7 +137,7 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	}
 	// An answer to its confirmation is not in the run's log: bring it in.
 	if r.Paused != nil && r.Paused.ConfirmID != "" {
-		st, err := confirmation.Load(ctx, e.bus, r.Paused.ConfirmID)
+		st, err := confirmation.LoadVerdicts(ctx, e.bus, r.Paused.ConfirmID)
 		if err != nil && events.CodeOf(err) != events.CodeNotFound {
 			return false, err
 		}
