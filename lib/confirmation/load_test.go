@@ -2,6 +2,7 @@ package confirmation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -82,5 +83,57 @@ func TestLoadVerdictsAgreesWithLoad(t *testing.T) {
 	}
 	if _, err := confirmation.LoadVerdicts(ctx, bus, "nothing"); events.CodeOf(err) != events.CodeNotFound {
 		t.Errorf("a confirmation never asked: %v, want not_found", err)
+	}
+}
+
+// TestAnswerFromStateBehindTheLog: an answer judged from a state the
+// caller held is written only if the log has nothing after it; a state
+// that is behind (another answer came first) reads the log and gets the
+// conflict naming the winner, and nothing more is written.
+func TestAnswerFromStateBehindTheLog(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := context.Background()
+	req := events.ConfirmRequestedData{Message: "go?", Options: []events.Option{{Label: "Yes", Value: "yes"}, {Label: "No", Value: "no"}}, Requester: "test", RunID: "r1"}
+	for _, id := range []string{"c1", "c2"} {
+		ev, err := events.NewEvent(events.ConfirmRequested, id, id+"/requested", "test", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.Publish(ctx, &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := confirmation.Load(ctx, bus, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone answers first, straight to the log.
+	direct, err := events.NewEvent(events.ConfirmAnswered, "c1", "direct", "someone", events.ConfirmAnsweredData{Choice: "no", Method: events.MethodUser, By: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Publish(ctx, &direct); err != nil {
+		t.Fatal(err)
+	}
+	_, err = confirmation.Answer(ctx, bus, "test", "c1", events.ConfirmAnsweredData{Choice: "yes", Method: events.MethodUser, By: "second"}, confirmation.FromState{State: held.Clone()})
+	var aa *confirmation.AlreadyAnswered
+	if !errors.As(err, &aa) || aa.Winner.EventID != "direct" {
+		t.Fatalf("answer from a state behind the log: %v, want conflict naming direct", err)
+	}
+	if st, err := confirmation.Load(ctx, bus, "c1"); err != nil || len(st.Answers) != 1 {
+		t.Fatalf("c1 after the late answer: %v, %v; want the one direct answer", st, err)
+	}
+	// A state that is current is written from without a read.
+	held2, err := confirmation.Load(ctx, bus, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := confirmation.Answer(ctx, bus, "test", "c2", events.ConfirmAnsweredData{Choice: "yes", Method: events.MethodUser, By: "me"}, confirmation.FromState{State: held2.Clone()})
+	if err != nil || st.Answer == nil || st.Answer.By != "me" {
+		t.Fatalf("answer from a current state: %+v, %v", st, err)
+	}
+	if len(held2.Answers) != 0 {
+		t.Errorf("the caller's state changed: %d answers", len(held2.Answers))
 	}
 }
