@@ -115,10 +115,10 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 
 // defaultMemoryLimitMiB is heed up's soft memory limit. Without one the
 // heap grows to twice what is live before a collection (GOGC 100): with
-// 10,000 confirmations pending the live heap is under 200 MB and the RSS
-// was over 400 MB. The limit is soft: above it the collector runs more
+// 10,000 confirmations pending the live heap is about 150 MB and the RSS
+// was about 400 MB. The limit is soft: above it the collector runs more
 // often (at most about half the CPU), it never fails an allocation.
-const defaultMemoryLimitMiB = 256
+const defaultMemoryLimitMiB = 192
 
 // setMemoryLimit applies the soft memory limit, unless GOMEMLIMIT is set
 // and the flag was not given.
