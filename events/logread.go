@@ -2,9 +2,11 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -116,8 +118,9 @@ var directGetHeaders = []string{
 // of what the stream said it held is an error, never a shorter history.
 // Bad messages are passed to fn too, as with ReadLog.
 //
-// It uses batched direct gets (the stream allows direct get): one round
-// trip for a history of up to historyBatch messages and no server state,
+// It uses batched direct gets (the stream allows direct get): two round
+// trips for a history of up to historyBatch+1 messages (one for a single
+// message) and no server state,
 // where ReadLog creates and deletes a consumer. ReadLog stays for reads
 // across many subjects or the whole log (heed replay).
 func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter string, after uint64, fn func(RawMsg) error) (uint64, error) {
@@ -129,8 +132,27 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	// message of the first batch says how many more follow it. Later
 	// batches may hold messages stored since; the read stops at want.
 	var want, got uint64
-	for {
-		batch, err := jetstreamext.GetBatch(ctx, js, stream, historyBatch,
+	// The server does not stop a batch when the subject has no more
+	// messages: it looks for the next one up to the end of the stream,
+	// message by message for a wildcard. The first request asks for one
+	// message (its header says how many follow), every later one for
+	// exactly what is left, so no read walks the log past the aggregate's
+	// last message.
+	first, np, err := firstOf(ctx, js, stream, filter, after+1)
+	if err != nil {
+		return last, unavailable(err)
+	}
+	if first == nil {
+		return last, nil // nothing stored after after
+	}
+	want, got = np+1, 1
+	if err := fn(*first); err != nil {
+		return first.Seq, err
+	}
+	last = first.Seq
+	for got < want {
+		size := int(min(want-got, historyBatch))
+		batch, err := jetstreamext.GetBatch(ctx, js, stream, size,
 			jetstreamext.GetBatchSeq(last+1), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(historyMaxBytes))
 		if err != nil {
 			return last, unavailable(err)
@@ -147,13 +169,6 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 			if err != nil {
 				return last, unavailable(err)
 			}
-			if got == 0 {
-				np, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-				if perr != nil {
-					return last, unavailable(fmt.Errorf("direct get without a pending count: %w", perr))
-				}
-				want = np + 1
-			}
 			n++
 			got++
 			for _, h := range directGetHeaders {
@@ -168,21 +183,78 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 			}
 		}
 		if n == 0 {
-			if got == 0 && none {
-				return last, nil // nothing stored after after
-			}
 			if ctx.Err() != nil {
 				return last, ctx.Err()
-			}
-			if got == 0 {
-				// Neither a message nor "no messages": the reply did not
-				// come in time (the iterator ends quietly on a timeout).
-				return last, unavailable(errors.New("no reply from the stream in time"))
 			}
 			// The server said more were stored, and none came (a timeout,
 			// or the messages were purged meanwhile): a short read must
 			// not pass for the whole history.
-			return last, unavailable(fmt.Errorf("the read stopped short: %d of %d messages", got, want))
+			return last, unavailable(fmt.Errorf("the read stopped short: %d of %d messages (%v)", got, want, reasonNone(none)))
 		}
 	}
+	return last, nil
+}
+
+func reasonNone(none bool) string {
+	if none {
+		return "no messages"
+	}
+	return "no reply in time"
+}
+
+// firstOf reads the first message of filter at or after seq, with how many
+// more the stream holds after it, in one request through the connection's
+// shared reply subscription: a batch read subscribes an inbox of its own,
+// whose channel of 64k slots was a large allocation per history read. It
+// returns nil when there is none.
+func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*RawMsg, uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		Seq      uint64 `json:"seq"`
+		NextBy   string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes"`
+	}{seq, filter, 1, historyMaxBytes})
+	if err != nil {
+		return nil, 0, err
+	}
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	} else if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	// The reply is the message (or 404), then an end-of-batch marker the
+	// shared subscription drops.
+	m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		if m.Header.Get("Status") == "404" {
+			return nil, 0, nil
+		}
+		return nil, 0, fmt.Errorf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+	}
+	np, err := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the stream does not answer batched direct gets (is it there, allowing direct get, on nats-server 2.11 or later?): no pending count: %w", err)
+	}
+	mseq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("direct get: sequence: %w", err)
+	}
+	stored, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+	if err != nil {
+		return nil, 0, fmt.Errorf("direct get: time stamp: %w", err)
+	}
+	subject := m.Header.Get(jetstream.SubjectHeader)
+	for _, h := range directGetHeaders {
+		m.Header.Del(h)
+	}
+	return &RawMsg{Subject: subject, Header: m.Header, Data: m.Data, Seq: mseq, Stored: stored}, np, nil
 }

@@ -49,7 +49,20 @@ func conflict(id string, w *Winner) error {
 // AnswerOption adjusts an answer.
 type AnswerOption interface{ applyAnswer(*answerConfig) }
 
-type answerConfig struct{ eventID string }
+type answerConfig struct {
+	eventID string
+	known   *State
+}
+
+// FromState starts from a confirmation state the caller already holds
+// (a copy it owns, see State.Clone) instead of reading the log: the write's
+// expected-sequence guard fails if anything was appended after the state's
+// LastSeq, and the answer is then judged again from the log. A state that
+// already refuses the answer (answered, expired, not an option) refuses it
+// without a read: what made it refuse is in the log for good.
+type FromState struct{ State *State }
+
+func (f FromState) applyAnswer(c *answerConfig) { c.known = f.State }
 
 // WithEventID fixes the answer event's id, so that a retried answer from
 // the same decision (a timeout after a crash) is stored once.
@@ -83,10 +96,15 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 	// Someone may append first (an answer, a refusal, anything): then the
 	// write fails as stale, and the question is read and judged again, for
 	// as long as the caller allows.
+	known := cfg.known
 	st, err := events.RetryStale(ctx, 0, func() (*State, error) {
-		st, err := Load(ctx, bus, id)
-		if err != nil {
-			return st, err
+		st := known
+		known = nil // a retry reads the log
+		if st == nil || st.ID != id || st.Request == nil {
+			var err error
+			if st, err = Load(ctx, bus, id); err != nil {
+				return st, err
+			}
 		}
 		if cfg.eventID != "" && st.AnswerID == cfg.eventID {
 			return st, nil // this very decision took effect before (a retry)

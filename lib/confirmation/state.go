@@ -1,10 +1,15 @@
 package confirmation
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -45,6 +50,22 @@ type State struct {
 // New returns the state of a confirmation with no events yet.
 func New(id string) *State {
 	return &State{ID: id, Reported: map[string]bool{}, bySeq: map[uint64]int{}}
+}
+
+// Clone returns a copy of s that folding more events into either leaves
+// the other alone.
+func (s *State) Clone() *State {
+	c := *s
+	c.Answers = slices.Clone(s.Answers)
+	c.bySeq = maps.Clone(s.bySeq)
+	c.Reported = maps.Clone(s.Reported)
+	if c.bySeq == nil {
+		c.bySeq = map[uint64]int{}
+	}
+	if c.Reported == nil {
+		c.Reported = map[string]bool{}
+	}
+	return &c
 }
 
 // Open reports whether the confirmation still takes an answer.
@@ -166,6 +187,55 @@ func Load(ctx context.Context, bus *events.Bus, id string) (*State, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if s.Request == nil {
+		return s, &events.Error{Code: events.CodeNotFound, Message: fmt.Sprintf("no confirmation %q", id)}
+	}
+	return s, nil
+}
+
+// LoadVerdicts reads what judging a confirmation's answers needs and
+// nothing else: its requests, expiries and answers (the only events the
+// gate folds), each from its own literal subject, merged in log order.
+// The verdicts, the winner and the request are those Load gives; LastSeq
+// is not the confirmation's last message (delegations and refusals are
+// not read), so a writer's expected-sequence guard must come from Load.
+//
+// It exists for the cost on the server: a direct get of a literal subject
+// finds its messages from the subject index, where the wildcard
+// heed.confirm.<id>.> makes nats-server walk the log message by message
+// from the request to the answer.
+func LoadVerdicts(ctx context.Context, bus *events.Bus, id string) (*State, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
+	}
+	types := []events.Type{events.ConfirmRequested, events.ConfirmExpired, events.ConfirmAnswered}
+	msgs := make([][]events.RawMsg, len(types))
+	errs := make([]error, len(types))
+	var wg sync.WaitGroup
+	for i, t := range types {
+		wg.Go(func() {
+			_, errs[i] = events.ReadHistory(ctx, bus.JetStream(), events.EventStream, t.Subject(id), 0, func(raw events.RawMsg) error {
+				msgs[i] = append(msgs[i], raw)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	all := slices.Concat(msgs...)
+	slices.SortFunc(all, func(a, b events.RawMsg) int { return cmp.Compare(a.Seq, b.Seq) })
+	s := New(id)
+	for _, raw := range all {
+		ev, err := bus.Codec().DecodeStored(raw)
+		if err != nil {
+			continue // dead-lettered: not part of the confirmation
+		}
+		if _, err := s.Apply(ev, raw.Seq); err != nil {
+			return nil, err
+		}
 	}
 	if s.Request == nil {
 		return s, &events.Error{Code: events.CodeNotFound, Message: fmt.Sprintf("no confirmation %q", id)}

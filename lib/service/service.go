@@ -62,6 +62,12 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 	log = log.With("service", name)
 	nc, err := nats.Connect(url,
 		nats.Name("heed-"+name),
+		// A synchronous subscription gets a channel of this many slots.
+		// The services' only ones are the batched direct gets of
+		// events.ReadHistory (at most 256 messages and the end marker);
+		// nats.go's default of 65,536 made every history read allocate
+		// and clear 512 KB.
+		nats.SyncQueueLen(1024),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(false),

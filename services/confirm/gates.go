@@ -88,3 +88,15 @@ func (g *gates) view(id string) (deadlineView, bool) {
 	}
 	return deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}, true
 }
+
+// state returns a copy of the confirmation as the cache holds it, if it
+// does. It may be behind the log (the consumer has not seen the latest
+// events yet); a write guarded by its LastSeq finds that out.
+func (g *gates) state(id string) *confirmation.State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st, ok := g.m[id]; ok {
+		return st.Clone()
+	}
+	return nil
+}

@@ -71,9 +71,16 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 	if channel == "" {
 		channel = "api"
 	}
+	// The answers consumer holds the open confirmations: judging from its
+	// copy costs no read of the log, and the write's expected-sequence
+	// guard catches a copy that is behind (then the log is read).
+	var opts []confirmation.AnswerOption
+	if known := r.gates.state(in.ID); known != nil {
+		opts = append(opts, confirmation.FromState{State: known})
+	}
 	st, err := confirmation.Answer(ctx, r.bus, Source, in.ID, events.ConfirmAnsweredData{
 		Choice: in.Choice, Method: events.MethodUser, By: in.By, Channel: channel, Reason: in.Reason, Remember: in.Remember,
-	})
+	}, opts...)
 	if err != nil {
 		if events.CodeOf(err) == events.CodeNotFound {
 			return nil, events.Errorf(events.CodeNotFound, "no confirmation %q (heed confirm list shows the open ones)", in.ID)

@@ -41,3 +41,42 @@ steps:
 		t.Errorf("the run completed without pausing:\n%s", describe(evs))
 	}
 }
+
+// TestParkedRunsResume: with one waiting run kept in memory, the runs
+// that paused before it are parked (out of the cache); their answers
+// read them back from the log and every run resumes and completes once.
+func TestParkedRunsResume(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{HealWait: -1, MaxWaiting: 1})
+	h.confirmRouter()
+	const skill = `name: ask_then_compute
+steps:
+  - name: approve
+    confirm:
+      message: "Go ahead?"
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+  - name: sum
+    compute: "1 + 1"
+`
+	var ids []string
+	for range 4 {
+		id := h.start(skill, nil, false)
+		h.waitRun(id, 10*time.Second, "run.paused", hasType(events.RunPaused))
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		reply := h.command(command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed", By: "agent:test"})
+		if reply.RunID != id {
+			t.Fatalf("continue reply %+v", reply)
+		}
+	}
+	for _, id := range ids {
+		evs := h.waitEnd(id, events.RunCompleted)
+		if n := len(ofType(evs, events.RunResumed)); n != 1 {
+			t.Errorf("run %s resumed %d times:\n%s", id, n, describe(evs))
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +43,22 @@ type engine struct {
 	// only to find it over.
 	finished    map[string]*runstate.Run
 	finishedIDs []string
+	// Runs waiting for an answer: a paused run's state is kilobytes and
+	// may wait for hours. The maxWaiting that paused last stay cached
+	// (an answer to one of them needs no read); older ones are parked:
+	// out of runs, read from the log again when their answer (or anything
+	// else) comes. The sweep visits parked runs too. waitingIDs is in
+	// pause order and may hold ids that have moved on since (waiting says
+	// which still wait).
+	waiting    map[string]bool
+	waitingIDs []string
+	parked     map[string]bool
+	maxWaiting int
 }
+
+// defaultMaxWaiting bounds the paused runs kept in memory: 10,000 runs
+// waiting for people held about 45 MB of heap when all were kept.
+const defaultMaxWaiting = 1000
 
 // maxFinished bounds the finished runs kept.
 const maxFinished = 1024
@@ -55,6 +71,7 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
+		waiting: map[string]bool{}, parked: map[string]bool{}, maxWaiting: defaultMaxWaiting,
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -99,6 +116,7 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	}
 	e.mu.Lock()
 	e.runs[id] = r
+	delete(e.parked, id)
 	e.mu.Unlock()
 	return r, nil
 }
@@ -107,7 +125,66 @@ func (e *engine) forget(id string) {
 	e.mu.Lock()
 	delete(e.runs, id)
 	delete(e.finished, id)
+	delete(e.parked, id)
+	delete(e.waiting, id)
 	e.mu.Unlock()
+}
+
+// wait notes that run id now waits for an answer and parks the runs that
+// have waited longest beyond maxWaiting: their states leave the cache (a
+// worker handling one meanwhile keeps its pointer; its next event reads
+// the log), their ids stay for the sweep.
+func (e *engine) wait(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.waiting[id] {
+		e.waiting[id] = true
+		e.waitingIDs = append(e.waitingIDs, id)
+	}
+	for len(e.waiting) > e.maxWaiting && len(e.waitingIDs) > 0 {
+		old := e.waitingIDs[0]
+		e.waitingIDs = e.waitingIDs[1:]
+		if !e.waiting[old] {
+			continue // moved on since it paused
+		}
+		delete(e.waiting, old)
+		if _, ok := e.runs[old]; ok {
+			delete(e.runs, old)
+			e.parked[old] = true
+		}
+	}
+	if len(e.waitingIDs) > 4*e.maxWaiting+64 {
+		// Compact the ids of runs that moved on.
+		kept := e.waitingIDs[:0]
+		for _, w := range e.waitingIDs {
+			if e.waiting[w] {
+				kept = append(kept, w)
+			}
+		}
+		e.waitingIDs = slices.Clip(kept)
+	}
+}
+
+// moved notes that run id no longer waits for an answer.
+func (e *engine) moved(id string) {
+	e.mu.Lock()
+	delete(e.waiting, id)
+	e.mu.Unlock()
+}
+
+// drivenIDs are the runs this runner drives and has not seen end: the
+// cached ones and the parked ones.
+func (e *engine) drivenIDs() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make(map[string]bool, len(e.runs)+len(e.parked))
+	for id := range e.runs {
+		ids[id] = true
+	}
+	for id := range e.parked {
+		ids[id] = true
+	}
+	return ids
 }
 
 // done moves an ended run to the finished runs.
@@ -115,6 +192,8 @@ func (e *engine) done(r *runstate.Run) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.runs, r.ID)
+	delete(e.parked, r.ID)
+	delete(e.waiting, r.ID)
 	if _, ok := e.finished[r.ID]; !ok {
 		e.finishedIDs = append(e.finishedIDs, r.ID)
 	}
@@ -189,6 +268,14 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		e.launch(ctx, d, r.ID, dec.Launch)
 	case dec.Wait != nil:
 		e.startTimer(ctx, d, dec.Wait)
+	case events.Type(d.Event.Type()) == events.RunPaused && r.Paused != nil && r.Paused.ConfirmID != "" && len(dec.Events) == 0:
+		// The pause's own event, the last the runner wrote for it, is
+		// back: the run now waits for someone, maybe for hours.
+		e.wait(r.ID)
+		return nil, nil
+	}
+	if r.Paused == nil {
+		e.moved(r.ID)
 	}
 	return nil, nil
 }
@@ -215,7 +302,9 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
 		return false, nil
 	}
-	st, err := confirmation.Load(ctx, e.bus, d.Event.Subject())
+	// The verdict alone: read from literal subjects, which the server
+	// finds from its subject index instead of walking the log.
+	st, err := confirmation.LoadVerdicts(ctx, e.bus, d.Event.Subject())
 	if events.CodeOf(err) == events.CodeNotFound {
 		return false, nil // an answer before its question: refused
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	// may have no event before the sweep ends it with heed.run.abandoned.
 	// Default DefaultAbandonAfter; negative never abandons a run.
 	AbandonAfter time.Duration
+	// MaxWaiting is how many runs waiting for an answer stay in memory
+	// (those that paused last); older ones are read from the log again
+	// when their answer comes. Default 1000.
+	MaxWaiting int
 }
 
 // DefaultAbandonAfter is twice the longest confirmation deadline (24h), so
@@ -98,6 +102,9 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	if cfg.MaxWaiting > 0 {
+		eng.maxWaiting = cfg.MaxWaiting
+	}
 	eng.metrics = rt.Metrics
 	eng.decider.healWait, eng.decider.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
 	// Learned state the runner shows: known issues and pattern warnings.

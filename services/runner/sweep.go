@@ -63,15 +63,10 @@ func (e *engine) sweepLoop(ctx context.Context, every, quiet time.Duration) {
 // sweep reconciles the quiet runs once and returns how many it moved on.
 // With fromIndex it also reads the index for runs not yet seen.
 func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool) (int, error) {
-	// The cached runs are the ones not over (an ended run moves to the
-	// finished ones); their states belong to the workers, so only the ids
-	// are taken here and each run is read again from the log.
-	ids := map[string]bool{}
-	e.mu.Lock()
-	for id := range e.runs {
-		ids[id] = true
-	}
-	e.mu.Unlock()
+	// The cached and parked runs are the ones not over (an ended run moves
+	// to the finished ones); their states belong to the workers, so only
+	// the ids are taken here and each run is read again from the log.
+	ids := e.drivenIDs()
 	if fromIndex {
 		if err := e.activeFromIndex(ctx, ids); err != nil {
 			return 0, err
@@ -137,7 +132,7 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	}
 	// An answer to its confirmation is not in the run's log: bring it in.
 	if r.Paused != nil && r.Paused.ConfirmID != "" {
-		st, err := confirmation.Load(ctx, e.bus, r.Paused.ConfirmID)
+		st, err := confirmation.LoadVerdicts(ctx, e.bus, r.Paused.ConfirmID)
 		if err != nil && events.CodeOf(err) != events.CodeNotFound {
 			return false, err
 		}
@@ -277,12 +272,7 @@ func (e *engine) abandonLoop(ctx context.Context, every, idle time.Duration) {
 // this runner has cached. Each is read again from the log and decided on
 // (abandonEvent).
 func (e *engine) abandonIdle(ctx context.Context, idle time.Duration) (int, error) {
-	ids := map[string]bool{}
-	e.mu.Lock()
-	for id := range e.runs {
-		ids[id] = true
-	}
-	e.mu.Unlock()
+	ids := e.drivenIDs()
 	now := time.Now().UTC()
 	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
 	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {

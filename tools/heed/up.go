@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var sweepEvery, sweepQuiet, abandonAfter time.Duration
 	var syncAlways bool
 	var pprofListen string
+	var memLimitMiB int64
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run heed: an embedded NATS server (or --nats-url) plus every service",
@@ -81,6 +84,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
+			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
@@ -104,8 +108,30 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().DurationVar(&health.StallAfter, "health-stall", 60*time.Second, "a service whose consumer has events waiting and has taken none for this long is degraded")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
+	cmd.Flags().Int64Var(&memLimitMiB, "memory-limit-mib", defaultMemoryLimitMiB, "soft memory limit of the process (heed and its embedded server) in MiB: the Go garbage collector works harder as the heap nears it, instead of letting it grow to twice what is live; 0: no limit. $GOMEMLIMIT, when set, wins unless this flag is given (docs/OPERATIONS.md)")
 	cmd.Flags().StringVar(&pprofListen, "pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) of heed and its embedded server on this host:port; off by default")
 	return cmd
+}
+
+// defaultMemoryLimitMiB is heed up's soft memory limit. Without one the
+// heap grows to twice what is live before a collection (GOGC 100): with
+// 10,000 confirmations pending the live heap is about 150 MB and the RSS
+// was about 400 MB. The limit is soft: above it the collector runs more
+// often (at most about half the CPU), it never fails an allocation.
+const defaultMemoryLimitMiB = 192
+
+// setMemoryLimit applies the soft memory limit, unless GOMEMLIMIT is set
+// and the flag was not given.
+func setMemoryLimit(log *slog.Logger, mib int64, given bool) {
+	if os.Getenv("GOMEMLIMIT") != "" && !given {
+		return
+	}
+	if mib <= 0 {
+		debug.SetMemoryLimit(math.MaxInt64)
+		return
+	}
+	debug.SetMemoryLimit(mib << 20)
+	log.Debug("soft memory limit", "mib", mib)
 }
 
 type upOptions struct {
