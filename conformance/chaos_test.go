@@ -382,7 +382,7 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 		for _, o := range open[:min(len(open), 3)] {
 			id, _, _ := strings.Cut(o, " ")
 			var seen []string
-			for _, e := range streamMsgs(t, js, "heed.*."+id+"*.>") {
+			for _, e := range streamMsgs(t, js, "heed.run."+id+".>") {
 				seen = append(seen, fmt.Sprintf("#%d %s", e.Seq, strings.TrimPrefix(e.Subject, "heed.")))
 			}
 			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
