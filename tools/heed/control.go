@@ -173,7 +173,7 @@ unless --yes answers with the proceed option.`,
 			} else {
 				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
 				if errors.Is(err, errNoTerminal) {
-					return &exitError{code: 2, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
+					return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
 				}
 			}
 			if err != nil {
@@ -333,7 +333,7 @@ func newSkillCmd() *cobra.Command {
 			if toolsFile != "" {
 				r, err := tool.LoadFile(toolsFile)
 				if err != nil {
-					return &exitError{code: 1, msg: err.Error()}
+					return badInput("%v", err)
 				}
 				reg = r
 			}
@@ -370,7 +370,7 @@ func newSkillCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s: ok (skill %s, %d steps)\n", f, sk.Name, len(sk.Steps))
 			}
 			if bad > 0 {
-				return &exitError{code: 1}
+				return &exitError{status: exitUsage}
 			}
 			return nil
 		},

@@ -84,7 +84,7 @@ func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) er
 		}
 	}
 	if bad > 0 {
-		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
+		return &exitError{status: exitFailure, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
 	}
 	return nil
 }
