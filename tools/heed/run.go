@@ -18,7 +18,6 @@ import (
 	"golang.org/x/term"
 )
 
-
 func newRunCmd(g *globals) *cobra.Command {
 	var inputs []string
 	var yes, detach bool
