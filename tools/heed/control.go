@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -100,6 +103,15 @@ func newRunsCmd(g *globals) *cobra.Command {
 		Use:   "runs",
 		Short: "List recent runs and their state",
 		Args:  cobra.NoArgs,
+		PreRunE: func(*cobra.Command, []string) error {
+			if limit < 0 {
+				return badInput("--limit %d: use a positive number, or 0 for every run", limit)
+			}
+			if status != "" {
+				return oneOf("--status", status, runStatuses)
+			}
+			return nil
+		},
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			entries, err := c.Index(cmd.Context(), "run")
 			if err != nil {
@@ -130,7 +142,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many (0: every run)")
 	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (requested, running, paused, completed, failed, cancelled, abandoned)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
@@ -321,21 +333,25 @@ func printConfirm(w writer, st *confirmation.State) {
 	}
 }
 
-func newSkillCmd() *cobra.Command {
+func newSkillCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "skill", Short: "Work with skill files"}
 	var toolsFile string
 	lint := &cobra.Command{
 		Use:   "lint FILE...",
 		Short: "Check skills: every error with file:line, before anything runs",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Check skills: every error with file:line, before anything runs. Tool names
+are checked against --tools FILE, else against the tools of the running heed
+(its runner's, as heed up --tools loaded them); with neither, lint says that
+tools were not checked. Exit status 2 when a skill has an error or uses an
+unknown tool.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reg *tool.Registry
-			if toolsFile != "" {
-				r, err := tool.LoadFile(toolsFile)
-				if err != nil {
-					return badInput("%v", err)
-				}
-				reg = r
+			known, where, err := lintTools(cmd.Context(), g, toolsFile)
+			if err != nil {
+				return err
+			}
+			if known == nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "heed: tool names not checked: %s (heed skill lint --tools FILE checks them)\n", where)
 			}
 			out := cmd.OutOrStdout()
 			bad := 0
@@ -352,13 +368,11 @@ func newSkillCmd() *cobra.Command {
 					bad++
 					continue
 				}
-				if reg != nil {
+				if known != nil {
 					var missing []string
 					for _, st := range sk.Steps {
-						if st.Kind == skill.KindTool {
-							if _, ok := reg.Get(st.Tool); !ok {
-								missing = append(missing, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)", st.Pos, st.Name, st.Tool, toolsFile))
-							}
+						if st.Kind == skill.KindTool && !slices.Contains(known, st.Tool) {
+							missing = append(missing, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)%s", st.Pos, st.Name, st.Tool, where, textutil.Hint(st.Tool, known)))
 						}
 					}
 					if len(missing) > 0 {
@@ -375,9 +389,46 @@ func newSkillCmd() *cobra.Command {
 			return nil
 		},
 	}
-	lint.Flags().StringVar(&toolsFile, "tools", "", "also check tool names against this tools file")
+	lint.Flags().StringVar(&toolsFile, "tools", "", "check tool names against this tools file (default: the running heed's)")
 	cmd.AddCommand(lint)
 	return cmd
+}
+
+// lintTools returns the tool names to lint against and where they come
+// from: the tools file, else the running heed's runner. Without either,
+// known is nil and where says why.
+func lintTools(ctx context.Context, g *globals, toolsFile string) (known []string, where string, err error) {
+	if toolsFile != "" {
+		reg, err := tool.LoadFile(toolsFile)
+		if err != nil {
+			return nil, "", badInput("%v", err)
+		}
+		return reg.Names(), toolsFile, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := g.connect(ctx)
+	if err != nil {
+		return nil, "no --tools and no running heed to ask", nil
+	}
+	defer c.close()
+	h := c.Health(ctx, time.Second, "runner")[0]
+	if h.Health == nil {
+		return nil, "no --tools and the running heed's runner does not answer", nil
+	}
+	var check struct {
+		Tools     []string `json:"tools"`
+		ToolsFile string   `json:"tools_file"`
+	}
+	b, _ := json.Marshal(h.Health.Checks["runner"])
+	if json.Unmarshal(b, &check) != nil || check.Tools == nil {
+		return nil, "no --tools and the running heed's runner does not list its tools", nil
+	}
+	where = "the running heed's tools, " + check.ToolsFile
+	if check.ToolsFile == "" {
+		where = "the running heed's tools: none loaded, see heed up --tools"
+	}
+	return check.Tools, where, nil
 }
 
 var _ = jetstream.DeliverAllPolicy

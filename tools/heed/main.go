@@ -138,7 +138,7 @@ failed steps and survive a crash of any process.
 		newRunsCmd(g),
 		newStatusCmd(g),
 		newConfirmCmd(g),
-		newSkillCmd(),
+		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),
 		newStatsCmd(g),
