@@ -82,6 +82,9 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			if _, err := service.ParseLogLevel(logLevel); err != nil {
 				return err
 			}
+			if err := checkUpFiles(toolsFile, rulesFile, healerConfig, replicas); err != nil {
+				return err
+			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
