@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/types"
 	"github.com/expr-lang/expr/vm"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Expr is one compiled expression (expr-lang/expr) and where it came from.
@@ -258,7 +259,7 @@ func (c *compiler) expr(src string, pos Pos, sc scope, what string) *Expr {
 		}
 	}))
 	for _, u := range unknown {
-		c.errs.add(pos, "%s: unknown input %q (declared: %s)", what, u, keys(sc.inputs))
+		c.errs.add(pos, "%s: unknown input %q (declared: %s)%s", what, u, keys(sc.inputs), textutil.Hint(u, strings.Split(keys(sc.inputs), ", ")))
 	}
 	if len(unknown) > 0 {
 		return nil
