@@ -387,3 +387,33 @@ func CompileTemplate(src string, pos Pos, names map[string]any) (*Template, erro
 	}
 	return t, nil
 }
+
+// FixPatchNames are the variables a learned fix's args patch may use: the
+// failed call's args, its error text, its tool and the tool's cluster.
+var FixPatchNames = map[string]any{"args": nil, "error": nil, "tool": nil, "cluster": nil}
+
+// CheckArgsPatch compiles every template of a fix's args patch (a string
+// value with {{ }}), so that a fix that could never apply is refused when
+// it is taught or recorded, not when a run fails. The error lists every
+// problem on one line.
+func CheckArgsPatch(patch map[string]any) error {
+	ks := make([]string, 0, len(patch))
+	for k := range patch {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var problems []string
+	for _, k := range ks {
+		s, ok := patch[k].(string)
+		if !ok || !strings.Contains(s, "{{") {
+			continue
+		}
+		if _, err := CompileTemplate(s, Pos{File: "args_patch." + k}, FixPatchNames); err != nil {
+			problems = append(problems, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package healer
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -99,20 +98,8 @@ func TaughtFix(req *command.LearnFix, tools *tool.Registry) (string, events.FixL
 	if len(req.ArgsPatch) == 0 && req.Action == nil {
 		problems = append(problems, "a fix needs args to change (args_patch) and/or an action")
 	}
-	keys := make([]string, 0, len(req.ArgsPatch))
-	for k := range req.ArgsPatch {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s, ok := req.ArgsPatch[k].(string)
-		if !ok || !strings.Contains(s, "{{") {
-			continue
-		}
-		// The variables correctedArgs renders patches with.
-		if _, err := skill.CompileTemplate(s, skill.Pos{File: "args_patch." + k}, patchNames); err != nil {
-			problems = append(problems, strings.ReplaceAll(err.Error(), "\n", "; "))
-		}
+	if err := skill.CheckArgsPatch(req.ArgsPatch); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		return "", events.FixLearnedData{}, events.Errorf(events.CodeInvalidRequest, "the healer cannot apply this fix: %s", strings.Join(problems, "; "))
@@ -128,9 +115,6 @@ func TaughtFix(req *command.LearnFix, tools *tool.Registry) (string, events.FixL
 	}
 	return events.FixID(req.Tool, "match:"+strings.ToLower(req.Match)), data, nil
 }
-
-// patchNames are the variables a fix's args patch may use.
-var patchNames = map[string]any{"args": nil, "error": nil, "tool": nil, "cluster": nil}
 
 func unknownTool(name string, tools *tool.Registry) string {
 	if tools == nil || tools.File == "" {

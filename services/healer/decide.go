@@ -288,7 +288,7 @@ func correctedArgs(f *events.StepFailedData, fix *events.FixRef) (map[string]any
 			args[k] = v
 			continue
 		}
-		t, err := skill.CompileTemplate(s, skill.Pos{File: "fix " + fix.FixID}, patchNames)
+		t, err := skill.CompileTemplate(s, skill.Pos{File: "fix " + fix.FixID}, skill.FixPatchNames)
 		if err != nil {
 			return nil, err
 		}
