@@ -43,6 +43,8 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"fixes forget: unknown id", []string{"fixes", "forget", "fix-00000000000000000000"}, "not_found", `no learned fix "fix-00000000000000000000"`, false},
 		{"skill lint: unknown tool, no --tools", []string{"skill", "lint", badSkill}, "", "", false},
 		{"events tail: a filter nothing matches", []string{"events", "tail", "foo.bar"}, "invalid_request", `"foo.bar" matches none of heed's subjects`, false},
+		{"cancel: not an id", []string{"cancel", "a.b"}, "invalid_request", `"a.b" is not a valid run id`, false},
+		{"confirm answer: not an id", []string{"confirm", "answer", "a/b", "proceed"}, "invalid_request", `"a/b" is not a valid confirmation id`, false},
 		{"cancel: unknown run", []string{"cancel", "nosuch"}, "not_found", `no run "nosuch"`, false},
 		{"run: no such file", []string{"run", filepath.Join(dir, "nope.yaml")}, "invalid_request", "no such file or directory", false},
 		{"run: missing input", []string{"run", "../../skills/release_prod.yaml"}, "invalid_request", `skill release_prod: missing required input "commit_sha"`, false},

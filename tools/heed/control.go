@@ -40,6 +40,7 @@ func newContinueCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&choice, "choice", "", "the option value to continue with")
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	cmd.Flags().StringVar(&by, "by", "", "who decides (default the current user)")
 	return cmd
@@ -71,6 +72,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&step, "step", "", "the failed step (default: the first failed step)")
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringArrayVar(&argPairs, "arg", nil, "corrected arg as key=value (JSON values allowed; repeatable)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
@@ -91,6 +93,7 @@ func newCancelCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
 }
@@ -201,6 +204,7 @@ unless --yes answers with the proceed option.`,
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option instead of asking (recorded as your answer, reason --yes)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
+	cmd.PreRunE = idArg("confirmation")
 	var reason, by, remember string
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
@@ -219,6 +223,7 @@ unless --yes answers with the proceed option.`,
 		}),
 	}
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
+	answer.PreRunE = idArg("confirmation")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
 	answer.Flags().StringVar(&remember, "remember", "", "remember the choice: skill_step (always for this skill step), error, or ask_again")
 	show := &cobra.Command{
@@ -258,6 +263,7 @@ unless --yes answers with the proceed option.`,
 			return nil
 		}),
 	}
+	show.PreRunE = idArg("confirmation")
 	cmd.AddCommand(answer, show, list)
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/textutil"
+	"github.com/spf13/cobra"
 )
 
 // runStatuses are the values of runs --status.
@@ -80,4 +81,16 @@ func flatten(err error) string {
 		b.WriteString(strings.TrimSpace(l))
 	}
 	return b.String()
+}
+
+// idArg checks that the command's first argument is an id (a run's, a
+// confirmation's) before anything is sent: one clear line instead of the
+// schema's pattern.
+func idArg(kind string) func(*cobra.Command, []string) error {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 && !events.ValidID(args[0]) {
+			return badInput("%q is not a valid %s id (letters, digits, '-' and '_'; heed runs and heed confirm list show them)", args[0], kind)
+		}
+		return nil
+	}
 }
