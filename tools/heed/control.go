@@ -190,6 +190,10 @@ unless --yes answers with the proceed option.`,
 				if errors.Is(err, errNoTerminal) {
 					return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
 				}
+				if errors.Is(err, context.Canceled) {
+					// Ctrl-C at the prompt: the question stays open.
+					return &exitError{status: exitInterrupted, msg: fmt.Sprintf("interrupted; confirmation %s is still open (heed confirm answer %s <choice>)", id, id)}
+				}
 			}
 			if err != nil {
 				return err
