@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // errLine is heed's one error shape: "heed: <code>: <message>".
@@ -88,5 +90,24 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	// Nothing of it was recorded: no fix was learned.
 	if out, errOut, code := runCLI(t, "--nats-url", h.url, "fixes", "list"); code != 0 || !strings.Contains(out, "(no learned fixes)") {
 		t.Errorf("heed fixes list after refused fixes: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+// Ctrl-C while heed run follows a run exits 130 and says the run goes on.
+func TestRunInterruptedExits130(t *testing.T) {
+	t.Parallel()
+	h := startHeedWithTools(t)
+	p := startProc(t, "heed run", "--nats-url", h.url, "run", "../../skills/release_prod.yaml", "-i", "commit_sha="+testSHA)
+	p.waitOutput("waiting for an answer", 30*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("heed run still running 10s after SIGINT")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(p.stderr.String(), "goes on") {
+		t.Errorf("heed run after SIGINT: exit %d, stderr:\n%s\nwant 130 and a line saying the run goes on", code, p.stderr.String())
 	}
 }
