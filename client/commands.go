@@ -57,3 +57,16 @@ func (c *Client) RequestConfirmation(ctx context.Context, req command.RequestCon
 func (c *Client) Answer(ctx context.Context, req command.AnswerConfirmation) (command.AnswerReply, error) {
 	return call[command.AnswerReply](ctx, c, command.ConfirmAnswer, req)
 }
+
+// LearnFix teaches the healer a fix by hand (heed.cmd.fix.learn). A tool
+// or action tool the healer does not have, or a patch template that does
+// not compile, is an error with code invalid_request.
+func (c *Client) LearnFix(ctx context.Context, req command.LearnFix) (command.FixReply, error) {
+	return call[command.FixReply](ctx, c, command.FixLearn, req)
+}
+
+// ForgetFix revokes a learned fix (heed.cmd.fix.forget); an unknown id is
+// an error with code not_found.
+func (c *Client) ForgetFix(ctx context.Context, req command.ForgetFix) (command.FixReply, error) {
+	return call[command.FixReply](ctx, c, command.FixForget, req)
+}

@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a stable, machine-readable error code. Codes appear in dead-letter
@@ -56,9 +57,44 @@ func (e *Error) Is(target error) bool {
 }
 
 // Errorf builds an *Error with a formatted message. A %w verb wraps a cause.
+// A cause with the same code is quoted by its message alone, so the code
+// is said once ("conflict: run x: already answered", never "conflict: run
+// x: conflict: already answered").
 func Errorf(code Code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}
+	msg := err.Error()
+	for _, a := range args {
+		if ae, ok := a.(error); ok && CodeOf(ae) == code {
+			msg = strings.Replace(msg, ae.Error(), Message(ae), 1)
+		}
+	}
+	return &Error{Code: code, Message: msg, Err: errors.Unwrap(err)}
+}
+
+// Message is err's text without the codes its *Error parts add: what to
+// print after "code: " so that a code is never said twice. For a plain
+// error it is err.Error().
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	for cur := err; cur != nil; cur = errors.Unwrap(cur) {
+		e, ok := cur.(*Error)
+		if !ok {
+			continue
+		}
+		if e.Message == "" {
+			// A bare sentinel: its text is only its code.
+			s = strings.TrimSuffix(strings.TrimSuffix(s, string(e.Code)), ": ")
+			continue
+		}
+		s = strings.Replace(s, e.Error(), e.Message, 1)
+	}
+	if s == "" {
+		return string(CodeOf(err))
+	}
+	return s
 }
 
 // Sentinels for errors.Is.

@@ -217,7 +217,7 @@ type ReplayReport struct {
 	Bucket     string   `json:"bucket"`                // the live bucket
 	ReplayedTo string   `json:"replayed_to,omitempty"` // the bucket holding the rebuild, when kept (ReplayKeep)
 	Events     int      `json:"events"`                // valid events applied
-	Skipped    int      `json:"skipped"`               // messages the gate refuses (they are in the dead-letter stream)
+	Skipped    int      `json:"skipped"`               // messages the gate or the projection refuses (they are in the dead-letter stream)
 	Keys       int      `json:"keys"`                  // keys in the rebuild
 	Missing    []string `json:"missing,omitempty"`     // in the rebuild, not in the live bucket
 	Extra      []string `json:"extra,omitempty"`       // in the live bucket, not in the rebuild
@@ -296,6 +296,11 @@ func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology, opts ...
 		}
 		mem.seq = raw.Seq
 		if err := p.Apply(ctx, mem, ev); err != nil {
+			if CodeOf(err) == CodePoison {
+				// The live projector dead-lettered it: skipped by both.
+				rep.Skipped++
+				return nil
+			}
 			return fmt.Errorf("apply seq %d (%s): %w", raw.Seq, ev.Type(), err)
 		}
 		rep.Events++

@@ -575,3 +575,48 @@ func TestReplayApplyManyKeys(t *testing.T) {
 	counts, _ := readCounts(t, kv)
 	assertCounts(t, "after apply", counts, want)
 }
+
+// refusingProjection counts like countProjection but refuses (poison) the
+// events of aggregate "bad", as a projection refuses data it could never
+// use.
+type refusingProjection struct{ countProjection }
+
+func (p refusingProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	if ev.Subject() == "bad" {
+		return events.Poison(fmt.Errorf("aggregate %s is refused", ev.Subject()))
+	}
+	return p.countProjection.Apply(ctx, s, ev)
+}
+
+// An event a projection refuses is dead-lettered live and skipped by
+// replay the same way: the rebuild matches the live bucket.
+func TestReplaySkipsWhatTheProjectionRefuses(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := refusingProjection{countProjection{bucket: "test_refusing"}}
+	topo := events.DefaultTopology()
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "e1", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunStepFailed, "bad", "e2", stepFailedData))
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "e3", stepFailedData))
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	waitIdle(t, js, events.ProjectorName(p))
+	if s := c.Stats(); s.DeadLettered != 1 {
+		t.Errorf("projector stats = %+v, want 1 dead-lettered", s)
+	}
+	rep, err := events.Replay(ctx, bus, p, topo)
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	if !rep.Identical() || rep.Events != 2 || rep.Skipped != 1 || rep.Keys != 1 {
+		t.Errorf("replay = %+v; want identical, 2 events applied, 1 skipped, 1 key", rep)
+	}
+}

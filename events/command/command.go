@@ -25,12 +25,14 @@ const (
 	RunCancel       = events.CommandPrefix + ".run.cancel"
 	ConfirmRequest  = events.CommandPrefix + ".confirm.request"
 	ConfirmAnswer   = events.CommandPrefix + ".confirm.answer"
-	allCommandsHelp = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}"
+	FixLearn        = events.CommandPrefix + ".fix.learn"
+	FixForget       = events.CommandPrefix + ".fix.forget"
+	allCommandsHelp = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}"
 )
 
 // Subjects lists every command subject.
 func Subjects() []string {
-	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer}
+	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget}
 }
 
 // SkillSource is a skill's YAML and where it came from.
@@ -121,6 +123,37 @@ type AnswerReply struct {
 	Channel string    `json:"channel,omitempty"`
 	RunID   string    `json:"run_id,omitempty"`
 	At      time.Time `json:"at"`
+}
+
+// LearnFix teaches the healer a fix by hand (heed.cmd.fix.learn): when Tool
+// fails with an error containing Match (case-insensitive), run Action (if
+// any) and retry the step with ArgsPatch over its args. The healer refuses
+// (invalid_request) a tool or action tool it does not have and a patch
+// template that does not compile, so a fix it could never apply is never
+// recorded.
+type LearnFix struct {
+	Tool        string            `json:"tool"`
+	Match       string            `json:"match"`
+	Description string            `json:"description"`
+	RootCause   string            `json:"root_cause,omitempty"`
+	ArgsPatch   map[string]any    `json:"args_patch,omitempty"`
+	Action      *events.FixAction `json:"action,omitempty"`
+	By          string            `json:"by,omitempty"`
+}
+
+// ForgetFix revokes a learned fix (heed.cmd.fix.forget); an id heed has no
+// fix for is refused with not_found.
+type ForgetFix struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+// FixReply is the reply of both fix commands: the fix and the event
+// written.
+type FixReply struct {
+	ID      string `json:"id"`
+	EventID string `json:"event_id"`
 }
 
 // ErrorReply is the JSON body of a failed command's reply. Answer names

@@ -78,11 +78,9 @@ func RespondError(r micro.Request, err error) {
 // errorReply is err as a micro error reply: its code, its one-line
 // description and an ErrorReply body.
 func errorReply(err error) (code, desc string, body []byte) {
-	reply := ErrorReply{Code: events.CodeOf(err), Message: err.Error()}
-	var e *events.Error
-	if errors.As(err, &e) && e.Message != "" {
-		reply.Message = e.Message
-	}
+	// The message without the code: a client prints "code: message", and
+	// a code inside the message would be said twice.
+	reply := ErrorReply{Code: events.CodeOf(err), Message: events.Message(err)}
 	var a Answered
 	if errors.As(err, &a) {
 		ref := a.AnswerRef()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Refusal codes: why an answer did not take effect.
@@ -113,7 +114,7 @@ func (g *Gate) Judge(a *events.ConfirmAnsweredData) *Refusal {
 		}
 		return &Refusal{Code: RefusedRunMismatch, Reason: fmt.Sprintf("the answer names run %s but the confirmation belongs to run %s", a.RunID, g.RunID)}
 	case !g.has(a.Choice):
-		return &Refusal{Code: RefusedChoice, Reason: fmt.Sprintf("%q is not an option (options: %s)", a.Choice, strings.Join(g.Options, ", "))}
+		return &Refusal{Code: RefusedChoice, Reason: fmt.Sprintf("%q is not an option (options: %s)%s", a.Choice, strings.Join(g.Options, ", "), textutil.Hint(a.Choice, g.Options))}
 	case g.Expired && (a.Method != events.MethodTimeout || a.Choice != g.Default):
 		return &Refusal{Code: RefusedExpired, Reason: fmt.Sprintf("the confirmation expired; its default %q applies", g.Default)}
 	}

@@ -7,21 +7,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 )
 
 // DefaultNATSURL is where services and the CLI look for NATS unless told
@@ -196,43 +199,125 @@ func (r *Runtime) Close() {
 type RunFunc func(ctx context.Context, rt *Runtime) error
 
 // Main is the body of a service's own main for separate deployment:
-// flags, logging, connection, health (NATS and optional HTTP), and a
-// graceful drain on SIGINT/SIGTERM. It exits the process.
-func Main(name string, register func(fs *flag.FlagSet) RunFunc) {
-	fs := flag.NewFlagSet("heed-"+name, flag.ExitOnError)
-	url := fs.String("nats-url", "", "NATS server or cluster URL (default $HEED_NATS_URL or "+DefaultNATSURL+")")
-	healthAddr := fs.String("health-listen", "", "also serve GET /healthz over HTTP on this address (e.g. :8081)")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
-	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address (e.g. :9090)")
-	lagThreshold := fs.Uint64("health-lag", 10000, "a consumer with more events than this not finished makes the service degraded")
-	stallAfter := fs.Duration("health-stall", 60*time.Second, "a consumer with events waiting that has taken none for this long makes the service degraded")
-	run := register(fs)
-	_ = fs.Parse(os.Args[1:])
+// flags (GNU style, --name value, as the heed CLI), logging, connection,
+// health (NATS and optional HTTP), and a graceful drain on SIGINT/SIGTERM.
+// It exits the process: 0 after a clean stop or --help, 1 on a failure,
+// 2 on a bad flag or value (one line "heed-NAME: invalid_request: ..."
+// and a usage hint).
+func Main(name string, register func(fs *pflag.FlagSet) RunFunc) {
+	f, run, err := ParseFlags(name, os.Args[1:], register, os.Stdout)
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "heed-%s: %s: %s\nRun 'heed-%s --help' for usage.\n", name, events.CodeOf(err), events.Message(err), name)
+		os.Exit(2)
+	}
+	os.Exit(f.main(name, run))
+}
 
-	log := NewLogger(os.Stderr, *level)
+// Flags are the flags every service's main takes.
+type Flags struct {
+	NATSURL       string
+	HealthAddr    string
+	LogLevel      slog.Level
+	Replicas      int
+	MetricsAddr   string
+	LagThreshold  uint64
+	StallAfter    time.Duration
+	logLevelValue string
+}
+
+// ParseFlags parses a service main's arguments: the common flags and the
+// ones register adds. A bad flag or value is an error with code
+// invalid_request; --help prints the flags to out and returns
+// pflag.ErrHelp.
+func ParseFlags(name string, args []string, register func(fs *pflag.FlagSet) RunFunc, out io.Writer) (*Flags, RunFunc, error) {
+	f := &Flags{}
+	fs := pflag.NewFlagSet("heed-"+name, pflag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "heed-%s runs heed's %s service on its own, against the NATS server or cluster named by --nats-url.\n\nUsage:\n  heed-%s [flags]\n\nFlags:\n%s", name, name, name, fs.FlagUsages())
+	}
+	fs.StringVar(&f.NATSURL, "nats-url", "", "NATS server or cluster URL (default $HEED_NATS_URL or "+DefaultNATSURL+")")
+	fs.StringVar(&f.HealthAddr, "health-listen", "", "also serve GET /healthz over HTTP on this address (e.g. :8081)")
+	fs.StringVar(&f.logLevelValue, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&f.Replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	fs.StringVar(&f.MetricsAddr, "metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address (e.g. :9090)")
+	fs.Uint64Var(&f.LagThreshold, "health-lag", 10000, "a consumer with more events than this not finished makes the service degraded")
+	fs.DurationVar(&f.StallAfter, "health-stall", 60*time.Second, "a consumer with events waiting that has taken none for this long makes the service degraded")
+	run := register(fs)
+	// The error is returned, not printed by pflag as well.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, nil, err // pflag has called fs.Usage
+		}
+		// Go's single-dash style (-log-level) was these mains' style once.
+		for _, a := range args {
+			if n, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "="); len(a) > 2 && a[0] == '-' && a[1] != '-' && fs.Lookup(n) != nil {
+				return nil, nil, events.Errorf(events.CodeInvalidRequest, "%v (flags take two dashes: --%s)", err, n)
+			}
+		}
+		return nil, nil, events.Errorf(events.CodeInvalidRequest, "%v", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, events.Errorf(events.CodeInvalidRequest, "unexpected argument %q (heed-%s takes only flags)", fs.Arg(0), name)
+	}
+	l, err := ParseLogLevel(f.logLevelValue)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.LogLevel = l
+	if f.Replicas < 1 || f.Replicas > 5 {
+		return nil, nil, events.Errorf(events.CodeInvalidRequest, "--replicas %d: JetStream takes 1 to 5", f.Replicas)
+	}
+	return f, run, nil
+}
+
+// LogLevels are the values --log-level takes.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
+// ParseLogLevel reads a --log-level value; anything else is an error with
+// code invalid_request that names the levels (and the closest one).
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, events.Errorf(events.CodeInvalidRequest, "--log-level %q: use debug, info, warn or error%s", s, textutil.Hint(s, LogLevels))
+}
+
+func (f *Flags) main(name string, run RunFunc) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	topo := events.DefaultTopology()
-	topo.Replicas = *replicas
-	rt, err := Connect(ctx, name, NATSURL(*url), log, topo)
+	topo.Replicas = f.Replicas
+	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo)
 	if err != nil {
 		log.Error("start failed", "err", err)
-		os.Exit(1)
+		return 1
 	}
 	if err := rt.ServeHealth(); err != nil {
 		log.Error("start failed", "err", err)
-		os.Exit(1)
+		return 1
 	}
-	rt.SetHealthConfig(HealthConfig{LagThreshold: *lagThreshold, StallAfter: *stallAfter})
-	if *healthAddr != "" {
-		go serveHTTPHealth(ctx, *healthAddr, rt)
+	rt.SetHealthConfig(HealthConfig{LagThreshold: f.LagThreshold, StallAfter: f.StallAfter})
+	if f.HealthAddr != "" {
+		go serveHTTPHealth(ctx, f.HealthAddr, rt)
 	}
-	if *metricsAddr != "" {
-		addr, err := ListenMetrics(ctx, *metricsAddr, prometheus.Gatherers{ProcessCollectors(), rt.Metrics.Registry}, log)
+	if f.MetricsAddr != "" {
+		addr, err := ListenMetrics(ctx, f.MetricsAddr, prometheus.Gatherers{ProcessCollectors(), rt.Metrics.Registry}, log)
 		if err != nil {
 			log.Error("start failed: metrics listener", "err", err)
-			os.Exit(1)
+			return 1
 		}
 		log.Info("metrics", "url", "http://"+addr+"/metrics")
 	}
@@ -241,9 +326,10 @@ func Main(name string, register func(fs *flag.FlagSet) RunFunc) {
 	rt.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped with error", "err", err)
-		os.Exit(1)
+		return 1
 	}
 	log.Info("stopped")
+	return 0
 }
 
 func serveHTTPHealth(ctx context.Context, addr string, rt *Runtime) {
@@ -264,8 +350,8 @@ func serveHTTPHealth(ctx context.Context, addr string, rt *Runtime) {
 
 // NewLogger returns a text slog logger at the named level.
 func NewLogger(w *os.File, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
+	l, err := ParseLogLevel(level)
+	if err != nil {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))

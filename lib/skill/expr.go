@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/types"
 	"github.com/expr-lang/expr/vm"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Expr is one compiled expression (expr-lang/expr) and where it came from.
@@ -258,7 +259,7 @@ func (c *compiler) expr(src string, pos Pos, sc scope, what string) *Expr {
 		}
 	}))
 	for _, u := range unknown {
-		c.errs.add(pos, "%s: unknown input %q (declared: %s)", what, u, keys(sc.inputs))
+		c.errs.add(pos, "%s: unknown input %q (declared: %s)%s", what, u, keys(sc.inputs), textutil.Hint(u, strings.Split(keys(sc.inputs), ", ")))
 	}
 	if len(unknown) > 0 {
 		return nil
@@ -385,4 +386,34 @@ func CompileTemplate(src string, pos Pos, names map[string]any) (*Template, erro
 		return nil, err
 	}
 	return t, nil
+}
+
+// FixPatchNames are the variables a learned fix's args patch may use: the
+// failed call's args, its error text, its tool and the tool's cluster.
+var FixPatchNames = map[string]any{"args": nil, "error": nil, "tool": nil, "cluster": nil}
+
+// CheckArgsPatch compiles every template of a fix's args patch (a string
+// value with {{ }}), so that a fix that could never apply is refused when
+// it is taught or recorded, not when a run fails. The error lists every
+// problem on one line.
+func CheckArgsPatch(patch map[string]any) error {
+	ks := make([]string, 0, len(patch))
+	for k := range patch {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var problems []string
+	for _, k := range ks {
+		s, ok := patch[k].(string)
+		if !ok || !strings.Contains(s, "{{") {
+			continue
+		}
+		if _, err := CompileTemplate(s, Pos{File: "args_patch." + k}, FixPatchNames); err != nil {
+			problems = append(problems, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr/types"
+	"github.com/heedhq/heed/lib/textutil"
 	"gopkg.in/yaml.v3"
 )
 
@@ -652,7 +653,11 @@ func (sk *Skill) ResolveInputs(given map[string]any) (map[string]any, error) {
 	for k, v := range given {
 		in, ok := declared[k]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("unknown input %q", k))
+			names := make([]string, len(sk.Inputs))
+			for i, in := range sk.Inputs {
+				names[i] = in.Name
+			}
+			problems = append(problems, fmt.Sprintf("unknown input %q (inputs: %s)%s", k, strings.Join(names, ", "), textutil.Hint(k, names)))
 			continue
 		}
 		c, err := CoerceInput(in, v)

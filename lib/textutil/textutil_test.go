@@ -34,3 +34,21 @@ func TestFirstLine(t *testing.T) {
 		}
 	}
 }
+
+func TestDidYouMean(t *testing.T) {
+	levels := []string{"debug", "info", "warn", "error"}
+	for _, c := range []struct {
+		typed string
+		want  string
+	}{
+		{"debg", ` (did you mean "debug"?)`},
+		{"WARNING", ` (did you mean "warn"?)`},
+		{"err", ` (did you mean "error"?)`},
+		{"loud", ""},
+		{"", ""},
+	} {
+		if got := Hint(c.typed, levels); got != c.want {
+			t.Errorf("Hint(%q) = %q, want %q", c.typed, got, c.want)
+		}
+	}
+}

@@ -288,7 +288,7 @@ func correctedArgs(f *events.StepFailedData, fix *events.FixRef) (map[string]any
 			args[k] = v
 			continue
 		}
-		t, err := skill.CompileTemplate(s, skill.Pos{File: "fix " + fix.FixID}, map[string]any{"args": nil, "error": nil, "tool": nil, "cluster": nil})
+		t, err := skill.CompileTemplate(s, skill.Pos{File: "fix " + fix.FixID}, skill.FixPatchNames)
 		if err != nil {
 			return nil, err
 		}

@@ -86,8 +86,13 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	if err != nil {
 		return err
 	}
+	svc, err := (&fixCommands{bus: rt.Bus, tools: reg, fixes: fixes, now: time.Now}).serve(ctx, rt)
+	if err != nil {
+		return err
+	}
 	rt.AddCheck("healer", func() any { return cons.Stats() })
 	<-ctx.Done()
+	_ = svc.Stop()
 	dctx, cancel := service.DrainContext()
 	defer cancel()
 	cons.Stop(dctx)

@@ -2,9 +2,11 @@ package learner
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/skill"
 )
 
 // Confidence rules for learned fixes.
@@ -30,6 +32,12 @@ func (FixesProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 var fixRoutes = func() *events.ProjectionRoutes {
 	r := events.NewProjectionRoutes()
 	events.Fold(r, events.FixLearned, func(ctx context.Context, s events.Store, ev *events.Event, d *events.FixLearnedData) error {
+		// A fix that could never apply (published around the healer's
+		// heed.cmd.fix.learn) is dead-lettered with the reason, not shown
+		// as a known issue on every run; replay skips it the same way.
+		if err := skill.CheckArgsPatch(d.ArgsPatch); err != nil {
+			return events.Poison(fmt.Errorf("fix %s: %w", ev.Subject(), err))
+		}
 		var f readmodel.Fix
 		if _, err := s.Get(ctx, ev.Subject(), &f); err != nil {
 			return err

@@ -7,6 +7,7 @@ require (
 	github.com/heedhq/heed/lib v0.0.0
 	github.com/heedhq/heed/services/indexer v0.0.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/spf13/pflag v1.0.9
 )
 
 require (

@@ -484,3 +484,24 @@ func TestPatternCallsEndWithTheRun(t *testing.T) {
 		t.Errorf("keys left: %v", keys(s))
 	}
 }
+
+// A fix whose args patch could never apply (published around the healer's
+// heed.cmd.fix.learn) is refused as poison, with the reason, and not
+// projected: it never shows as a known issue.
+func TestFixThatCannotApplyIsRefused(t *testing.T) {
+	p := learner.FixesProjection{}
+	s := mapStore{}
+	ev, err := events.NewEvent(events.FixLearned, "fix-0123456789abcdef0123", "fix-0123456789abcdef0123/taught/1", "test", events.FixLearnedData{
+		Tool: "quay_check", ErrorPattern: "manifest unknown: <h>", Description: "junk", Source: events.FixFromPerson,
+		ArgsPatch: map[string]any{"tag": "{{ bogus("}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Apply(context.Background(), s, &ev)
+	if events.CodeOf(err) != events.CodePoison || !strings.Contains(err.Error(), "args_patch.tag") {
+		t.Fatalf("Apply = %v, want poison naming args_patch.tag", err)
+	}
+	if len(s) != 0 {
+		t.Errorf("the store holds %v, want nothing", keys(s))
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -322,6 +323,20 @@ func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (a
 	return command.RunReply{RunID: r.ID, Status: runstate.StatusRunning}, nil
 }
 
+// knownStep refuses a step name the run's skill does not have: the
+// caller's mistake (invalid_request, with the closest name), not a state
+// of the run.
+func knownStep(r *runstate.Run, step string) error {
+	names := make([]string, len(r.Skill.Steps))
+	for i, st := range r.Skill.Steps {
+		if st.Name == step {
+			return nil
+		}
+		names[i] = st.Name
+	}
+	return events.Errorf(events.CodeInvalidRequest, "skill %s of run %s has no step %q (steps: %s)%s", r.Skill.Name, r.ID, step, strings.Join(names, ", "), textutil.Hint(step, names))
+}
+
 // failedStep is the index of the step a retry applies to, or -1.
 func failedStep(r *runstate.Run, step string) int {
 	if r.Skill == nil {
@@ -345,6 +360,11 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 	}
 	if r.Status == runstate.StatusCompleted || r.Status == runstate.StatusCancelled {
 		return nil, events.Errorf(events.CodeConflict, "run %s is %s", r.ID, r.Status)
+	}
+	if req.Step != "" {
+		if err := knownStep(r, req.Step); err != nil {
+			return nil, err
+		}
 	}
 	idx := failedStep(r, req.Step)
 	if idx < 0 {

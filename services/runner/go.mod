@@ -43,6 +43,7 @@ require (
 	github.com/heedhq/heed/services/indexer v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/oklog/ulid/v2 v2.1.2
+	github.com/spf13/pflag v1.0.9
 	gopkg.in/yaml.v3 v3.0.1
 )
 

@@ -159,7 +159,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	rt.AddCheck("runner", func() any {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
-		return map[string]any{"consumer": cons.Stats(), "runs_cached": len(eng.runs), "tool_calls_in_flight": len(eng.inflight), "tools": reg.Names()}
+		return map[string]any{"consumer": cons.Stats(), "runs_cached": len(eng.runs), "tool_calls_in_flight": len(eng.inflight), "tools": reg.Names(), "tools_file": reg.File}
 	})
 	<-ctx.Done()
 	_ = svc.Stop()

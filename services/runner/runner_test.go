@@ -268,6 +268,13 @@ func TestRetryThatFailsAgain(t *testing.T) {
 	h.confirmRouter()
 	id := h.start(releaseProd(t), map[string]any{"commit_sha": "0123abcdef"}, true)
 	h.waitEnd(id, events.RunFailed)
+	// A step the skill does not have is the caller's mistake, not a state
+	// of the run.
+	m := h.request(command.RunRetry, []byte(`{"run_id":"`+id+`","step":"check_imag"}`))
+	if code, msg := m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader); code != string(events.CodeInvalidRequest) ||
+		!strings.Contains(msg, `has no step "check_imag"`) || !strings.Contains(msg, `(did you mean "check_image"?)`) {
+		t.Errorf("retry of a step the skill does not have: %s: %s", code, msg)
+	}
 	for attempt, tag := range []string{"0123abcdef0", "0123abcdef01"} {
 		h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": tag}})
 		evs := h.waitEnd(id, events.RunFailed)

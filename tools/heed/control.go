@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -37,6 +40,7 @@ func newContinueCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&choice, "choice", "", "the option value to continue with")
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	cmd.Flags().StringVar(&by, "by", "", "who decides (default the current user)")
 	return cmd
@@ -68,6 +72,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&step, "step", "", "the failed step (default: the first failed step)")
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringArrayVar(&argPairs, "arg", nil, "corrected arg as key=value (JSON values allowed; repeatable)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
@@ -88,6 +93,7 @@ func newCancelCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
 }
@@ -100,6 +106,15 @@ func newRunsCmd(g *globals) *cobra.Command {
 		Use:   "runs",
 		Short: "List recent runs and their state",
 		Args:  cobra.NoArgs,
+		PreRunE: func(*cobra.Command, []string) error {
+			if limit < 0 {
+				return badInput("--limit %d: use a positive number, or 0 for every run", limit)
+			}
+			if status != "" {
+				return oneOf("--status", status, runStatuses)
+			}
+			return nil
+		},
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			entries, err := c.Index(cmd.Context(), "run")
 			if err != nil {
@@ -130,7 +145,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many (0: every run)")
 	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (requested, running, paused, completed, failed, cancelled, abandoned)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
@@ -173,7 +188,11 @@ unless --yes answers with the proceed option.`,
 			} else {
 				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
 				if errors.Is(err, errNoTerminal) {
-					return &exitError{code: 2, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
+					return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
+				}
+				if errors.Is(err, context.Canceled) {
+					// Ctrl-C at the prompt: the question stays open.
+					return &exitError{status: exitInterrupted, msg: fmt.Sprintf("interrupted; confirmation %s is still open (heed confirm answer %s <choice>)", id, id)}
 				}
 			}
 			if err != nil {
@@ -189,6 +208,7 @@ unless --yes answers with the proceed option.`,
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option instead of asking (recorded as your answer, reason --yes)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
+	cmd.PreRunE = idArg("confirmation")
 	var reason, by, remember string
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
@@ -207,6 +227,7 @@ unless --yes answers with the proceed option.`,
 		}),
 	}
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
+	answer.PreRunE = idArg("confirmation")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
 	answer.Flags().StringVar(&remember, "remember", "", "remember the choice: skill_step (always for this skill step), error, or ask_again")
 	show := &cobra.Command{
@@ -246,6 +267,7 @@ unless --yes answers with the proceed option.`,
 			return nil
 		}),
 	}
+	show.PreRunE = idArg("confirmation")
 	cmd.AddCommand(answer, show, list)
 	return cmd
 }
@@ -321,21 +343,25 @@ func printConfirm(w writer, st *confirmation.State) {
 	}
 }
 
-func newSkillCmd() *cobra.Command {
+func newSkillCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "skill", Short: "Work with skill files"}
 	var toolsFile string
 	lint := &cobra.Command{
 		Use:   "lint FILE...",
 		Short: "Check skills: every error with file:line, before anything runs",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Check skills: every error with file:line, before anything runs. Tool names
+are checked against --tools FILE, else against the tools of the running heed
+(its runner's, as heed up --tools loaded them); with neither, lint says that
+tools were not checked. Exit status 2 when a skill has an error or uses an
+unknown tool.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reg *tool.Registry
-			if toolsFile != "" {
-				r, err := tool.LoadFile(toolsFile)
-				if err != nil {
-					return &exitError{code: 1, msg: err.Error()}
-				}
-				reg = r
+			known, where, err := lintTools(cmd.Context(), g, toolsFile)
+			if err != nil {
+				return err
+			}
+			if known == nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "heed: tool names not checked: %s (heed skill lint --tools FILE checks them)\n", where)
 			}
 			out := cmd.OutOrStdout()
 			bad := 0
@@ -352,13 +378,11 @@ func newSkillCmd() *cobra.Command {
 					bad++
 					continue
 				}
-				if reg != nil {
+				if known != nil {
 					var missing []string
 					for _, st := range sk.Steps {
-						if st.Kind == skill.KindTool {
-							if _, ok := reg.Get(st.Tool); !ok {
-								missing = append(missing, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)", st.Pos, st.Name, st.Tool, toolsFile))
-							}
+						if st.Kind == skill.KindTool && !slices.Contains(known, st.Tool) {
+							missing = append(missing, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)%s", st.Pos, st.Name, st.Tool, where, textutil.Hint(st.Tool, known)))
 						}
 					}
 					if len(missing) > 0 {
@@ -370,14 +394,51 @@ func newSkillCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s: ok (skill %s, %d steps)\n", f, sk.Name, len(sk.Steps))
 			}
 			if bad > 0 {
-				return &exitError{code: 1}
+				return &exitError{status: exitUsage}
 			}
 			return nil
 		},
 	}
-	lint.Flags().StringVar(&toolsFile, "tools", "", "also check tool names against this tools file")
+	lint.Flags().StringVar(&toolsFile, "tools", "", "check tool names against this tools file (default: the running heed's)")
 	cmd.AddCommand(lint)
 	return cmd
+}
+
+// lintTools returns the tool names to lint against and where they come
+// from: the tools file, else the running heed's runner. Without either,
+// known is nil and where says why.
+func lintTools(ctx context.Context, g *globals, toolsFile string) (known []string, where string, err error) {
+	if toolsFile != "" {
+		reg, err := tool.LoadFile(toolsFile)
+		if err != nil {
+			return nil, "", badInput("%v", err)
+		}
+		return reg.Names(), toolsFile, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := g.connect(ctx)
+	if err != nil {
+		return nil, "no --tools and no running heed to ask", nil
+	}
+	defer c.close()
+	h := c.Health(ctx, time.Second, "runner")[0]
+	if h.Health == nil {
+		return nil, "no --tools and the running heed's runner does not answer", nil
+	}
+	var check struct {
+		Tools     []string `json:"tools"`
+		ToolsFile string   `json:"tools_file"`
+	}
+	b, _ := json.Marshal(h.Health.Checks["runner"])
+	if json.Unmarshal(b, &check) != nil || check.Tools == nil {
+		return nil, "no --tools and the running heed's runner does not list its tools", nil
+	}
+	where = "the running heed's tools, " + check.ToolsFile
+	if check.ToolsFile == "" {
+		where = "the running heed's tools: none loaded, see heed up --tools"
+	}
+	return check.Tools, where, nil
 }
 
 var _ = jetstream.DeliverAllPolicy

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/spf13/cobra"
 )
@@ -57,8 +59,14 @@ call: --set 'tag={{ args.tag + "-full" }}' ({{ error }} is the error text).
 A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if toolName == "" || pattern == "" || description == "" {
-				return events.Errorf(events.CodeInvalidRequest, "--tool, --pattern and --description are required")
+			var missing []string
+			for _, f := range []struct{ name, v string }{{"--tool", toolName}, {"--pattern", pattern}, {"--description", description}} {
+				if f.v == "" {
+					missing = append(missing, f.name)
+				}
+			}
+			if len(missing) > 0 {
+				return usageError(cmd, fmt.Errorf("%s required", strings.Join(missing, ", ")))
 			}
 			patch, err := parseKV(sets, true)
 			if err != nil {
@@ -69,30 +77,29 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 				return err
 			}
 			if len(patch) == 0 && actionTool == "" {
-				return events.Errorf(events.CodeInvalidRequest, "a fix needs --set args and/or an --action-tool")
+				return usageError(cmd, errors.New("a fix needs --set args and/or an --action-tool"))
+			}
+			if len(aargs) > 0 && actionTool == "" {
+				return usageError(cmd, errors.New("--action-arg needs --action-tool"))
 			}
 			c, err := g.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			data := events.FixLearnedData{Tool: toolName, ErrorPattern: events.ErrorSignature(pattern), Match: pattern,
-				RootCause: rootCause, Description: description, Source: events.FixFromPerson, By: whoami()}
+			req := command.LearnFix{Tool: toolName, Match: pattern, Description: description, RootCause: rootCause, By: whoami()}
 			if len(patch) > 0 {
-				data.ArgsPatch = patch
+				req.ArgsPatch = patch
 			}
 			if actionTool != "" {
-				data.Action = &events.FixAction{Tool: actionTool, Args: aargs}
+				req.Action = &events.FixAction{Tool: actionTool, Args: aargs}
 			}
-			id := events.FixID(toolName, "match:"+strings.ToLower(pattern))
-			ev, err := events.NewEvent(events.FixLearned, id, fmt.Sprintf("%s/taught/%d", id, time.Now().UnixNano()), "heed/cli", data)
+			// The healer checks the tools and templates: it would apply the fix.
+			reply, err := c.LearnFix(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
-			if _, err := c.Bus().Publish(cmd.Context(), &ev); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "learned %s: %s failing with %q → %s\n", id, toolName, pattern, description)
+			fmt.Fprintf(cmd.OutOrStdout(), "learned %s: %s failing with %q → %s\n", reply.ID, toolName, pattern, description)
 			return nil
 		},
 	}
@@ -111,18 +118,14 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !events.ValidID(args[0]) {
-				return events.Errorf(events.CodeInvalidRequest, "%q is not a fix key (see heed fixes list)", args[0])
+				return badInput("%q is not a fix key (heed fixes list shows them)", args[0])
 			}
 			c, err := g.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			ev, err := events.NewEvent(events.FixForgotten, args[0], fmt.Sprintf("%s/forget/%d", args[0], time.Now().UnixNano()), "heed/cli", events.FixForgottenData{By: whoami(), Reason: reason})
-			if err != nil {
-				return err
-			}
-			if _, err := c.Bus().Publish(cmd.Context(), &ev); err != nil {
+			if _, err := c.ForgetFix(cmd.Context(), command.ForgetFix{ID: args[0], Reason: reason, By: whoami()}); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])

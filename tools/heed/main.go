@@ -7,41 +7,105 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/heedhq/heed/events"
 	"github.com/spf13/cobra"
 )
 
-// exitError carries a process exit code through cobra.
+// Exit statuses, the same for every command (listed in heed --help).
+const (
+	exitOK           = 0   // done
+	exitFailure      = 1   // heed could not do it: NATS unreachable, a conflict, a bug
+	exitUsage        = 2   // usage or bad input: unknown flag, wrong args, invalid value, unknown id
+	exitNotCompleted = 3   // a run ended without completing: failed, cancelled or abandoned
+	exitInterrupted  = 130 // interrupted (Ctrl-C) before it was done
+)
+
+const exitStatusHelp = `Exit status (every command):
+  0    ok
+  1    failure: heed could not do it (NATS unreachable, a conflict, a bug)
+  2    usage or bad input (unknown command or flag, wrong arguments, an
+       invalid value, an unknown id)
+  3    a run ended without completing (failed, cancelled or abandoned)
+  130  interrupted (Ctrl-C); a run goes on without its follower
+Errors print one line on stderr: heed: <code>: <message>.`
+
+// exitError carries a process exit status through cobra. With a code it
+// prints as "heed: <code>: <msg>"; a usage error adds a hint how to get
+// help.
 type exitError struct {
-	code int
-	msg  string
+	status int
+	code   events.Code
+	msg    string
+	usage  string // the command path for "Run '<path> --help'"
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Error() string {
+	if e.code != "" {
+		return string(e.code) + ": " + e.msg
+	}
+	return e.msg
+}
+
+// badInput is an error with code invalid_request and exit status 2.
+func badInput(format string, args ...any) error {
+	return events.Errorf(events.CodeInvalidRequest, format, args...)
+}
+
+// usageError is a mistake in how cmd was called: exit 2 and a hint.
+func usageError(cmd *cobra.Command, err error) error {
+	return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: events.Message(err), usage: cmd.CommandPath()}
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	root := newRoot()
 	err := root.ExecuteContext(ctx)
+	interrupted := ctx.Err() != nil
 	stop()
-	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "heed:", ee.msg)
-			}
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "heed:", err)
-		if c := events.CodeOf(err); c == events.CodeInvalidRequest || c == events.CodeNotFound {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	os.Exit(report(os.Stderr, err, interrupted))
+}
+
+// report prints err in heed's one shape and returns the exit status.
+func report(w io.Writer, err error, interrupted bool) int {
+	if err == nil {
+		return exitOK
 	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(w, "heed: %s\n", ee.Error())
+		}
+		if ee.usage != "" {
+			fmt.Fprintf(w, "Run '%s --help' for usage.\n", ee.usage)
+		}
+		return ee.status
+	}
+	if interrupted && (errors.Is(err, context.Canceled) || events.CodeOf(err) == events.CodeUnavailable) {
+		fmt.Fprintln(w, "heed: interrupted")
+		return exitInterrupted
+	}
+	code := events.CodeOf(err)
+	fmt.Fprintf(w, "heed: %s: %s\n", code, events.Message(err))
+	if interrupted {
+		return exitInterrupted
+	}
+	return statusOf(code)
+}
+
+// statusOf is the exit status of an error code: the caller's mistake is 2,
+// anything else 1.
+func statusOf(code events.Code) int {
+	switch code {
+	case events.CodeInvalidRequest, events.CodeNotFound, events.CodeInvalidID, events.CodeSchemaViolation, events.CodeUnknownType, events.CodeTooLarge:
+		return exitUsage
+	}
+	return exitFailure
 }
 
 type globals struct {
@@ -51,8 +115,13 @@ type globals struct {
 func newRoot() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "heed",
-		Short:         "heed puts a human (or an AI) in the loop of automated work",
+		Use:   "heed",
+		Short: "heed puts a human (or an AI) in the loop of automated work",
+		Long: `heed puts a human (or an AI) in the loop of automated work: skills run as
+event-sourced runs that pause at confirm steps, ask the right party, heal
+failed steps and survive a crash of any process.
+
+` + exitStatusHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -69,10 +138,53 @@ func newRoot() *cobra.Command {
 		newRunsCmd(g),
 		newStatusCmd(g),
 		newConfirmCmd(g),
-		newSkillCmd(),
+		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),
 		newStatsCmd(g),
 	)
+	strictUsage(root)
 	return root
+}
+
+// strictUsage makes every usage mistake under cmd an exit-2 usage error
+// with a hint: a bad flag, a wrong number of arguments, an unknown
+// subcommand (with cobra's "did you mean").
+func strictUsage(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	cmd.SuggestionsMinimumDistance = 2
+	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
+		// A group: an argument is a subcommand it does not have.
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			}
+			return usageError(c, errors.New(msg))
+		}
+		// Runnable, so that cobra checks Args (it shows a group's help
+		// without checking them otherwise): no subcommand shows the help.
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	} else if cmd.Args != nil {
+		cmd.Args = wrapArgs(cmd.Args)
+	}
+	for _, c := range cmd.Commands() {
+		strictUsage(c)
+	}
+}
+
+func wrapArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if err := check(c, args); err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) {
+				return err
+			}
+			return usageError(c, fmt.Errorf("%s (usage: %s)", strings.TrimSpace(err.Error()), c.UseLine()))
+		}
+		return nil
+	}
 }

@@ -223,8 +223,8 @@ func TestTerminalPrompt(t *testing.T) {
 				t.Errorf("the terminal lacks %q:\n%s", want, sc)
 			}
 		}
-		if code != exitCancelled {
-			t.Errorf("heed run exited %d, want %d (cancelled):\n%s", code, exitCancelled, sc)
+		if code != exitNotCompleted {
+			t.Errorf("heed run exited %d, want %d (cancelled):\n%s", code, exitNotCompleted, sc)
 		}
 		if a := answerOf(t, h.url, runID); a.Choice != "cancel" || a.Method != events.MethodUser || a.Channel != "terminal" || a.By != "user:tmux-tester" {
 			t.Errorf("stored answer = %+v; want cancel by user:tmux-tester at the terminal", a)
@@ -238,7 +238,7 @@ func TestTerminalPrompt(t *testing.T) {
 				t.Errorf("the terminal lacks %q:\n%s", want, sc)
 			}
 		}
-		if code != exitCompleted {
+		if code != exitOK {
 			t.Errorf("heed run exited %d, want 0:\n%s", code, sc)
 		}
 		if a := answerOf(t, h.url, runID); a.Choice != "proceed" || a.Method != events.MethodUser || a.Remember != "" {

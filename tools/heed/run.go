@@ -18,15 +18,6 @@ import (
 	"golang.org/x/term"
 )
 
-// Exit statuses of `heed run`.
-const (
-	exitCompleted = 0
-	exitFailed    = 1
-	exitUsage     = 2
-	exitCancelled = 3
-	exitAbandoned = 4
-)
-
 func newRunCmd(g *globals) *cobra.Command {
 	var inputs []string
 	var yes, detach bool
@@ -39,21 +30,23 @@ each step as it happens (a live line on a terminal, plain lines when piped)
 and waits for the run to end. At a confirm step it shows the question; answer
 it here or from anywhere with 'heed confirm answer'.
 
-Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
-4 abandoned (no event for the runner's idle time).`,
+Exit status: 0 completed; 3 the run ended without completing (failed,
+cancelled, or abandoned after the runner's idle time), with its state on the
+last line; 2 a bad skill or input (nothing started); 1 heed could not start
+or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			src, err := os.ReadFile(args[0])
+			src, err := readFile(args[0])
 			if err != nil {
-				return &exitError{code: exitUsage, msg: err.Error()}
+				return badInput("%v", err)
 			}
 			if _, err := skill.Load(args[0], src); err != nil {
-				return &exitError{code: exitUsage, msg: "the skill has errors:\n" + err.Error()}
+				return badInput("the skill has errors:\n%v", err)
 			}
 			in, err := parseKV(inputs, false)
 			if err != nil {
-				return &exitError{code: exitUsage, msg: err.Error()}
+				return err
 			}
 			c, err := g.connect(ctx)
 			if err != nil {
@@ -62,9 +55,6 @@ Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
 			defer c.close()
 			reply, err := c.StartRun(ctx, command.StartRun{Skill: command.SkillSource{Source: string(src), File: args[0]}, Inputs: in, Yes: yes, Agent: agent, RequestedBy: whoami()})
 			if err != nil {
-				if events.CodeOf(err) == events.CodeInvalidRequest {
-					return &exitError{code: exitUsage, msg: err.Error()}
-				}
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -121,15 +111,16 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 		return done, nil
 	})
 	if ctx.Err() != nil {
-		return &exitError{code: 130, msg: fmt.Sprintf("stopped following; run %s goes on (heed audit %s)", runID, runID)}
+		return &exitError{status: exitInterrupted, msg: fmt.Sprintf("stopped following; run %s goes on (heed audit %s)", runID, runID)}
 	}
 	if err != nil {
 		return err
 	}
-	if code == exitCompleted {
+	if code == exitOK {
 		return nil
 	}
-	return &exitError{code: code}
+	// The run's last line said how it ended.
+	return &exitError{status: code}
 }
 
 // progress renders run events for a person.
@@ -265,7 +256,7 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		if s := str("summary"); s != "" {
 			p.line("%s", strings.TrimRight(s, "\n"))
 		}
-		return exitCompleted, true
+		return exitOK, true
 	case events.RunFailed:
 		p.current = ""
 		msg := ""
@@ -273,15 +264,15 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 			msg = fmt.Sprint(e["message"])
 		}
 		p.line("run failed at %s: %s", str("step"), msg)
-		return exitFailed, true
+		return exitNotCompleted, true
 	case events.RunCancelled:
 		p.current = ""
 		p.line("run cancelled by %s: %s", str("by"), str("reason"))
-		return exitCancelled, true
+		return exitNotCompleted, true
 	case events.RunAbandoned:
 		p.current = ""
 		p.line("run abandoned: %s", str("reason"))
-		return exitAbandoned, true
+		return exitNotCompleted, true
 	}
 	return 0, false
 }

@@ -29,6 +29,12 @@ attempt, what healing decided about a failed attempt, and what the run waits
 for. The state is folded from the run's events in the log, exactly as the
 runner and the healer fold it (lib/runstate). --json prints the folded state.`,
 		Args: cobra.RangeArgs(0, 1),
+		PreRunE: func(*cobra.Command, []string) error {
+			if timeout <= 0 {
+				return badInput("--timeout %s: use a positive duration (e.g. 2s)", timeout)
+			}
+			return nil
+		},
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if len(args) == 0 {
 				return printServices(cmd.OutOrStdout(), c.Health(cmd.Context(), timeout), asJSON)
@@ -84,7 +90,7 @@ func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) er
 		}
 	}
 	if bad > 0 {
-		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
+		return &exitError{status: exitFailure, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
 	}
 	return nil
 }

@@ -19,6 +19,15 @@ func newEventsCmd(g *globals) *cobra.Command {
 		Use:   "tail [SUBJECT-FILTER]",
 		Short: "Print events as they enter the log (e.g. 'heed.run.*.step.failed'; 'heed.dlq.>' for dead letters)",
 		Args:  cobra.MaximumNArgs(1),
+		PreRunE: func(_ *cobra.Command, args []string) error {
+			if since < 0 {
+				return badInput("--since %s: use a positive duration (e.g. 10m)", since)
+			}
+			if len(args) == 1 {
+				return checkFilter(args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := g.connect(ctx)

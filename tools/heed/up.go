@@ -17,6 +17,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/embedded"
 	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/indexer"
@@ -83,6 +84,12 @@ HEED_NATS_URL) no server is embedded; the services use that server or cluster.
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := service.ParseLogLevel(logLevel); err != nil {
+				return err
+			}
+			if err := checkUpFiles(toolsFile, rulesFile, healerConfig, replicas); err != nil {
+				return err
+			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			return runUp(cmd.Context(), log, upOptions{
@@ -315,4 +322,29 @@ func systemPassword(dir string) (string, error) {
 		return "", fmt.Errorf("system user password: %w", err)
 	}
 	return p, nil
+}
+
+// checkUpFiles loads the files heed up hands its services before anything
+// starts, so that a bad one is the caller's mistake said at once (exit 2),
+// not a service failing after the server came up.
+func checkUpFiles(toolsFile, rulesFile, healerConfig string, replicas int) error {
+	if replicas < 1 || replicas > 5 {
+		return badInput("--replicas %d: JetStream takes 1 to 5", replicas)
+	}
+	if toolsFile != "" {
+		if _, err := tool.LoadFile(toolsFile); err != nil {
+			return badInput("--tools: %s", flatten(err))
+		}
+	}
+	if rulesFile != "" {
+		if _, err := confirm.LoadRules(rulesFile); err != nil {
+			return badInput("--rules: %s", flatten(err))
+		}
+	}
+	if healerConfig != "" {
+		if _, err := healer.LoadRules(healerConfig); err != nil {
+			return badInput("--healer-config: %s", flatten(err))
+		}
+	}
+	return nil
 }

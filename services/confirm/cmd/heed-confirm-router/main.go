@@ -3,14 +3,14 @@ package main
 
 import (
 	"context"
-	"flag"
 
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
+	"github.com/spf13/pflag"
 )
 
 func main() {
-	service.Main("confirm-router", func(fs *flag.FlagSet) service.RunFunc {
+	service.Main("confirm-router", func(fs *pflag.FlagSet) service.RunFunc {
 		var cfg confirm.Config
 		fs.StringVar(&cfg.RulesFile, "rules", "", "confirmation rules file (YAML)")
 		fs.DurationVar(&cfg.DefaultTimeout, "default-timeout", 0, "deadline of requests that give none (default 5m)")

@@ -3,14 +3,14 @@ package main
 
 import (
 	"context"
-	"flag"
 
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/healer"
+	"github.com/spf13/pflag"
 )
 
 func main() {
-	service.Main("healer", func(fs *flag.FlagSet) service.RunFunc {
+	service.Main("healer", func(fs *pflag.FlagSet) service.RunFunc {
 		var o healer.Config
 		fs.StringVar(&o.RulesFile, "config", "", "healer rules file: failure patterns and their fixes (YAML; default: the built-in rules)")
 		fs.StringVar(&o.ToolsFile, "tools", "", "tools file (the runner's): fix tools run through it")

@@ -3,12 +3,11 @@
 package main
 
 import (
-	"flag"
-
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/indexer"
+	"github.com/spf13/pflag"
 )
 
 func main() {
-	service.Main("indexer", func(*flag.FlagSet) service.RunFunc { return indexer.Run })
+	service.Main("indexer", func(*pflag.FlagSet) service.RunFunc { return indexer.Run })
 }

@@ -2,12 +2,11 @@
 package main
 
 import (
-	"flag"
-
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/learner"
+	"github.com/spf13/pflag"
 )
 
 func main() {
-	service.Main("learner", func(*flag.FlagSet) service.RunFunc { return learner.Run })
+	service.Main("learner", func(*pflag.FlagSet) service.RunFunc { return learner.Run })
 }

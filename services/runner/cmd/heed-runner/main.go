@@ -4,15 +4,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"time"
 
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/runner"
+	"github.com/spf13/pflag"
 )
 
 func main() {
-	service.Main("runner", func(fs *flag.FlagSet) service.RunFunc {
+	service.Main("runner", func(fs *pflag.FlagSet) service.RunFunc {
 		var cfg runner.Config
 		fs.StringVar(&cfg.ToolsFile, "tools", "", "tools file (YAML)")
 		fs.IntVar(&cfg.Workers, "workers", 16, "goroutines driving runs")

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// errLine is heed's one error shape: "heed: <code>: <message>".
+var errLine = regexp.MustCompile(`^heed: ([a-z_]+): (.+)$`)
+
+// Every bad input is refused before anything is written: exit 2, one line
+// "heed: <code>: <message>" that says its code once (and, for a usage
+// mistake, a hint how to get help), against a real heed up.
+func TestBadInputExits2WithOneLine(t *testing.T) {
+	t.Parallel()
+	h := startHeedWithTools(t)
+	dir := t.TempDir()
+	badSkill := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badSkill, []byte("name: bad\nsteps:\n  - name: check\n    tool: quay_chek\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fix := []string{"fixes", "learn", "--pattern", "manifest unknown", "--description", "use the full sha"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		code  string
+		want  string
+		usage bool // a usage mistake: the hint follows
+	}{
+		{"runs --status weird", []string{"runs", "--status", "weird"}, "invalid_request", `--status "weird": use one of requested, running`, false},
+		{"runs --status with a typo", []string{"runs", "--status", "faild"}, "invalid_request", `(did you mean "failed"?)`, false},
+		{"up --log-level loud", []string{"up", "--log-level", "loud"}, "invalid_request", `--log-level "loud": use debug, info, warn or error`, false},
+		{"up --tools of a file that is not there", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--tools", filepath.Join(dir, "nope.yaml")}, "invalid_request", "--tools: tools file: open", false},
+		{"up --rules that are not rules", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--rules", "../../skills/tools.yaml"}, "invalid_request", "--rules: ../../skills/tools.yaml: yaml: unmarshal errors: line 4: field tools not found", false},
+		{"up --replicas 0", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--replicas", "0"}, "invalid_request", "--replicas 0: JetStream takes 1 to 5", false},
+		{"fixes learn: unknown tool", append(fix, "--tool", "quay_chek", "--set", "tag=x"), "invalid_request", `tool "quay_chek" is not in the tools file ../../skills/tools.yaml (did you mean "quay_check"?)`, false},
+		{"fixes learn: broken template", append(fix, "--tool", "quay_check", "--set", "tag={{ bogus("), "invalid_request", "args_patch.tag: template: unclosed {{", false},
+		{"fixes learn: unknown action tool", append(fix, "--tool", "quay_check", "--action-tool", "nosuch"), "invalid_request", `action tool "nosuch" is not in the tools file`, false},
+		{"fixes learn: nothing to change", append(fix, "--tool", "quay_check"), "invalid_request", "a fix needs --set args and/or an --action-tool", true},
+		{"fixes forget: unknown id", []string{"fixes", "forget", "fix-00000000000000000000"}, "not_found", `no learned fix "fix-00000000000000000000"`, false},
+		{"skill lint: unknown tool, no --tools", []string{"skill", "lint", badSkill}, "", "", false},
+		{"events tail: a filter nothing matches", []string{"events", "tail", "foo.bar"}, "invalid_request", `"foo.bar" matches none of heed's subjects`, false},
+		{"cancel: not an id", []string{"cancel", "a.b"}, "invalid_request", `"a.b" is not a valid run id`, false},
+		{"confirm answer: not an id", []string{"confirm", "answer", "a/b", "proceed"}, "invalid_request", `"a/b" is not a valid confirmation id`, false},
+		{"cancel: unknown run", []string{"cancel", "nosuch"}, "not_found", `no run "nosuch"`, false},
+		{"run: no such file", []string{"run", filepath.Join(dir, "nope.yaml")}, "invalid_request", "no such file or directory", false},
+		{"run: missing input", []string{"run", "../../skills/release_prod.yaml"}, "invalid_request", `skill release_prod: missing required input "commit_sha"`, false},
+		{"confirm answer --remember bogus", []string{"confirm", "answer", "c1", "proceed", "--remember", "bogus"}, "invalid_request", `at /remember: value must be one of`, false},
+		{"unknown command", []string{"fixs"}, "invalid_request", `unknown command "fixs" for "heed" (did you mean "fixes"?)`, true},
+		{"unknown subcommand", []string{"fixes", "teach"}, "invalid_request", `unknown command "teach" for "heed fixes"`, true},
+		{"unknown flag", []string{"runs", "--bogus"}, "invalid_request", "unknown flag: --bogus", true},
+		{"wrong argument count", []string{"audit"}, "invalid_request", "accepts 1 arg(s), received 0 (usage: heed audit", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, code := runCLI(t, append([]string{"--nats-url", h.url}, c.args...)...)
+			if code != exitUsage {
+				t.Fatalf("heed %s: exit %d, want 2\nstdout:\n%s\nstderr:\n%s", strings.Join(c.args, " "), code, out, errOut)
+			}
+			if c.code == "" { // skill lint reports on stdout, file:line per problem
+				if !strings.Contains(out, `bad.yaml:3:5: step "check": unknown tool "quay_chek" (not in the running heed's tools, ../../skills/tools.yaml) (did you mean "quay_check"?)`) {
+					t.Errorf("skill lint:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+				}
+				return
+			}
+			lines := strings.Split(strings.TrimRight(errOut, "\n"), "\n")
+			m := errLine.FindStringSubmatch(lines[0])
+			if m == nil || m[1] != c.code || !strings.Contains(m[2], c.want) {
+				t.Errorf("stderr:\n%s\nwant one line 'heed: %s: …%s…'", errOut, c.code, c.want)
+			}
+			if m != nil && strings.Contains(m[2], m[1]+": ") {
+				t.Errorf("the code is said twice: %s", lines[0])
+			}
+			wantLines := 1
+			if c.usage {
+				wantLines = 2
+				if len(lines) < 2 || !regexp.MustCompile(`^Run 'heed( [a-z]+)* --help' for usage\.$`).MatchString(lines[1]) {
+					t.Errorf("a usage mistake without a hint:\n%s", errOut)
+				}
+			}
+			if len(lines) != wantLines {
+				t.Errorf("stderr has %d lines, want %d:\n%s", len(lines), wantLines, errOut)
+			}
+		})
+	}
+	// Nothing of it was recorded: no fix was learned.
+	if out, errOut, code := runCLI(t, "--nats-url", h.url, "fixes", "list"); code != 0 || !strings.Contains(out, "(no learned fixes)") {
+		t.Errorf("heed fixes list after refused fixes: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+// Ctrl-C while heed run follows a run exits 130 and says the run goes on.
+func TestRunInterruptedExits130(t *testing.T) {
+	t.Parallel()
+	h := startHeedWithTools(t)
+	p := startProc(t, "heed run", "--nats-url", h.url, "run", "../../skills/release_prod.yaml", "-i", "commit_sha="+testSHA)
+	p.waitOutput("waiting for an answer", 30*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("heed run still running 10s after SIGINT")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(p.stderr.String(), "goes on") {
+		t.Errorf("heed run after SIGINT: exit %d, stderr:\n%s\nwant 130 and a line saying the run goes on", code, p.stderr.String())
+	}
+}
