@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +79,13 @@ func newUpCmd(g *globals) *cobra.Command {
 listening on --nats-listen (loopback by default) so the nats CLI and agents in
 any language can connect, plus every service. With --nats-url (or
 HEED_NATS_URL) no server is embedded; the services use that server or cluster.
+Once ready it prints the client settings to copy into another terminal
+(export HEED_NATS_URL=…, a nats context for the nats CLI).
+
+One heed up per data directory: it holds a lock on --data/heed.lock, and a
+second heed up on the same directory exits at once (status 2) naming the
+first (its pid and where it listens). A port already taken (--nats-listen,
+--nats-monitor) fails at once too (status 2).
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -124,11 +134,21 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		url = os.Getenv("HEED_NATS_URL")
 	}
 	var srv *embedded.Server
+	settings := clientSettings{}
 	if url == "" {
 		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
-		var err error
+		// One heed up per data directory: a second one fails here, at once,
+		// naming the first, before it touches the store or the port.
+		lock, err := lockDataDir(o.dataDir)
+		if err != nil {
+			if events.CodeOf(err) == events.CodeConflict {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			return err
+		}
+		defer lock.release()
 		sysPass, err := systemPassword(o.dataDir)
 		if err != nil {
 			return err
@@ -136,17 +156,23 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		srv, err = embedded.Start(embedded.Config{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways,
 			MonitorListen: o.natsMonitor, SystemPassword: sysPass})
 		if err != nil {
-			return err
+			return listenFailure(err)
 		}
 		url = srv.URL()
+		settings.url = clientURL(url)
+		if err := lock.setListen(settings.url); err != nil {
+			log.Warn("data directory lock", "err", err)
+		}
 		fmt.Fprintf(out, "heed: embedded NATS listening on %s (JetStream data in %s)\n", url, o.dataDir)
 		if srv.SystemAccount() != nil && srv.SystemAccount().Name == "SYS" {
-			fmt.Fprintf(out, "heed: NATS system user %s, password in %s\n", embedded.SystemUser, filepath.Join(o.dataDir, systemPasswordFile))
+			settings.sysPasswordFile = filepath.Join(o.dataDir, systemPasswordFile)
+			fmt.Fprintf(out, "heed: NATS system user %s, password in %s\n", embedded.SystemUser, settings.sysPasswordFile)
 		}
 		if o.natsMonitor != "" {
 			fmt.Fprintf(out, "heed: NATS monitoring on http://%s\n", srv.MonitorAddr())
 		}
 	} else {
+		settings.url = url
 		fmt.Fprintf(out, "heed: using NATS at %s\n", url)
 	}
 	stopServer := func() {
@@ -220,6 +246,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 	}
 	if runCtx.Err() == nil {
 		fmt.Fprintf(out, "heed: services running: %v\n", names)
+		settings.print(out)
 		fmt.Fprintf(out, "heed: ready (Ctrl-C to stop)\n")
 	}
 
@@ -278,4 +305,76 @@ func systemPassword(dir string) (string, error) {
 		return "", fmt.Errorf("system user password: %w", err)
 	}
 	return p, nil
+}
+
+// listenFailure says in heed's words that the embedded server cannot
+// listen, and which flag chooses another address.
+func listenFailure(err error) error {
+	var le *embedded.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	flag := "--nats-listen"
+	if le.What == "monitor" {
+		flag = "--nats-monitor"
+	}
+	if !le.InUse() {
+		return &exitError{code: exitUsage, msg: events.Errorf(events.CodeInvalidRequest, "cannot listen on %s (%s): %v", le.Addr, flag, le.Err).Error()}
+	}
+	host, _, _ := net.SplitHostPort(le.Addr)
+	return &exitError{code: exitUsage, msg: events.Errorf(events.CodeConflict,
+		"%s is already in use by another process (another heed up, or a nats-server?): stop it, or choose a free port with %s %s",
+		le.Addr, flag, net.JoinHostPort(host, "PORT")).Error()}
+}
+
+// clientURL is url as a client on this machine reaches it: a server
+// listening on every interface is reached on loopback.
+func clientURL(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return url
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return url
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		u.Host = net.JoinHostPort("127.0.0.1", port)
+	}
+	return u.String()
+}
+
+// clientSettings are the lines a person copies to reach this heed from
+// another terminal: the heed CLI and agents, and the nats CLI.
+type clientSettings struct {
+	url             string
+	sysPasswordFile string // the system user's password, when the server has one
+}
+
+func (s clientSettings) print(out writer) {
+	fmt.Fprintln(out, "heed: client settings, for another terminal (heed, agents, the nats CLI):")
+	fmt.Fprintf(out, "  export HEED_NATS_URL=%s\n", s.url)
+	fmt.Fprintf(out, "  nats context save heed --server %s --select\n", s.url)
+	if s.sysPasswordFile != "" {
+		path := s.sysPasswordFile
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		fmt.Fprintf(out, "  nats context save heed-sys --server %s --user %s --password \"$(cat %s)\"\n", s.url, embedded.SystemUser, shellQuote(path))
+	}
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:=@%+,", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
