@@ -13,6 +13,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -90,12 +91,23 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 	defer p.clear()
 	stopSpin := p.spin()
 	defer stopSpin()
+	stopRemind := p.remind(time.Minute)
+	defer stopRemind()
 	code := -1
 	err := c.FollowRun(ctx, runID, func(ev *events.Event) (bool, error) {
-		if interactive && events.Type(ev.Type()) == events.RunPaused {
+		// waiting is the open confirmation the run is paused at, to say
+		// how to answer it and until when (nil: already answered).
+		var waiting *confirmation.State
+		var waitErr error
+		if events.Type(ev.Type()) == events.RunPaused {
 			var pd events.RunPausedData
 			if json.Unmarshal(ev.Data(), &pd) == nil && pd.Reason == events.PauseAwaitingConfirmation {
-				if st, err := c.Confirmation(ctx, pd.ConfirmID); err == nil && st.Open() {
+				st, err := c.Confirmation(ctx, pd.ConfirmID)
+				waitErr = err
+				if err == nil && st.Open() {
+					waiting = st
+				}
+				if interactive && waiting != nil {
 					p.lock()
 					p.current = ""
 					p.clear()
@@ -118,6 +130,14 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 		if done {
 			code = status
 		}
+		switch {
+		case waiting != nil:
+			p.awaiting(waiting, time.Now())
+		case waitErr != nil:
+			var pd events.RunPausedData
+			_ = json.Unmarshal(ev.Data(), &pd)
+			p.line("  waiting for an answer: heed confirm answer %s CHOICE   (heed confirm show %s lists the choices)", pd.ConfirmID, pd.ConfirmID)
+		}
 		return done, nil
 	})
 	if ctx.Err() != nil {
@@ -138,7 +158,70 @@ type progress struct {
 	tty     bool
 	current string
 	since   time.Time
+	waiting *confirmation.State // the open confirmation the run waits on
 	mu      sync.Mutex
+}
+
+// confirmDeadline is when a confirmation's default applies.
+func confirmDeadline(st *confirmation.State) time.Time {
+	timeout := time.Duration(st.Request.TimeoutS * float64(time.Second))
+	if timeout <= 0 {
+		timeout = defaultPromptTimeout
+	}
+	return st.RequestedAt.Add(timeout)
+}
+
+// awaiting says, when nobody is asked at this terminal, what the run waits
+// for, until when, and the ways to answer: heed run never sits silent.
+func (p *progress) awaiting(st *confirmation.State, now time.Time) {
+	p.lock()
+	defer p.unlock()
+	p.waiting = st
+	def := st.Gate.Default
+	var choices []string
+	for _, o := range st.Request.Options {
+		c := o.Value
+		if o.Value == def {
+			c += " (default)"
+		}
+		choices = append(choices, c)
+	}
+	deadline := confirmDeadline(st)
+	p.line("  choices: %s", strings.Join(choices, ", "))
+	p.line("  waiting for an answer until %s (%s left); then the default, %s, applies", deadline.Local().Format("15:04:05 MST"), formatLeft(deadline.Sub(now)), def)
+	choice := confirmation.ProceedChoice(st.Request)
+	if choice == "" {
+		choice = "CHOICE"
+	}
+	p.line("  answer from another terminal: heed confirm answer %s %s   (or: heed confirm %s, to be asked)", st.ID, choice, st.ID)
+	p.line("  or start the run with --yes to proceed without being asked")
+}
+
+// remind repeats, every interval while the run waits on a confirmation,
+// how long is left: a log or a script shows that heed run still waits.
+func (p *progress) remind(every time.Duration) func() {
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				p.lock()
+				if st := p.waiting; st != nil {
+					left := confirmDeadline(st).Sub(now)
+					if left < 0 {
+						left = 0
+					}
+					p.line("  still waiting for an answer to %s: %s left (default: %s)", st.ID, formatLeft(left), st.Gate.Default)
+				}
+				p.unlock()
+			}
+		}
+	}()
+	return func() { close(stop) }
 }
 
 func (p *progress) lock()   { p.mu.Lock() }
@@ -252,15 +335,16 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 	case events.RunPaused:
 		p.current = ""
 		if str("reason") == events.PauseAwaitingConfirmation {
-			p.line("? %s: %s", str("step"), str("message"))
-			p.line("  waiting for an answer: heed confirm answer %s <choice>   (or heed confirm show %s)", str("confirm_id"), str("confirm_id"))
+			p.line("? %s: %s", str("step"), strings.TrimRight(str("message"), "\n"))
 		} else {
 			p.line("… paused: %s", str("reason"))
 		}
 	case events.RunResumed:
+		p.waiting = nil
 		p.line("→ resumed at %s: %s (%s by %s)", str("step"), str("choice"), str("method"), str("by"))
 	case events.RunCompleted:
 		p.current = ""
+		p.waiting = nil
 		p.line("run completed in %sms", str("duration_ms"))
 		if s := str("summary"); s != "" {
 			p.line("%s", strings.TrimRight(s, "\n"))
@@ -268,6 +352,7 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		return exitCompleted, true
 	case events.RunFailed:
 		p.current = ""
+		p.waiting = nil
 		msg := ""
 		if e, ok := d["error"].(map[string]any); ok {
 			msg = fmt.Sprint(e["message"])
@@ -276,10 +361,12 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		return exitFailed, true
 	case events.RunCancelled:
 		p.current = ""
+		p.waiting = nil
 		p.line("run cancelled by %s: %s", str("by"), str("reason"))
 		return exitCancelled, true
 	case events.RunAbandoned:
 		p.current = ""
+		p.waiting = nil
 		p.line("run abandoned: %s", str("reason"))
 		return exitAbandoned, true
 	}
