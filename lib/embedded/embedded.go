@@ -144,6 +144,7 @@ func Start(o Config) (*Server, error) {
 			opts.HTTPHost = "127.0.0.1"
 		}
 	}
+	noAuthOnly := false // the only password without bcrypt is the no-auth user's empty one
 	if o.SystemPassword != "" && opts.SystemAccount == "" && len(opts.Accounts) == 0 && len(opts.Users) == 0 && len(opts.Nkeys) == 0 && len(opts.TrustedOperators) == 0 {
 		// Only the system account is configured, so the global account
 		// ($G) stays the one JetStream account: a data directory from
@@ -163,6 +164,7 @@ func Start(o Config) (*Server, error) {
 			{Username: SystemUser, Password: string(hash), Account: sys},
 		}
 		opts.NoAuthUser = NoAuthUser
+		noAuthOnly = true
 	}
 	opts.NoSigs = true // heed owns SIGINT/SIGTERM and drains before the server stops
 	opts.NoLog = false
@@ -187,7 +189,7 @@ func Start(o Config) (*Server, error) {
 	if o.Logger != nil {
 		logger = o.Logger
 	}
-	logs := &slogAdapter{l: logger.With("component", "nats-server"), fatal: make(chan string, 1)}
+	logs := &slogAdapter{l: logger.With("component", "nats-server"), fatal: make(chan string, 1), noAuthOnly: noAuthOnly}
 	s.SetLoggerV2(logs, false, false, false)
 	go s.Start()
 	wait := o.ReadyTimeout
@@ -238,10 +240,23 @@ type slogAdapter struct {
 	l       *slog.Logger
 	fatal   chan string // the first fatal message, for Start
 	started atomic.Bool // after Start returned, a fatal message is logged as an error
+	// noAuthOnly: the server's plaintext-password warning is about the
+	// no-auth user's empty password (the system user's is bcrypt), not a
+	// password anyone could read: it would greet every heed up for nothing.
+	noAuthOnly bool
 }
 
+const plaintextWarning = "Plaintext passwords detected, use nkeys or bcrypt"
+
 func (a *slogAdapter) Noticef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
-func (a *slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Warnf(f string, v ...any) {
+	msg := fmt.Sprintf(f, v...)
+	if a.noAuthOnly && msg == plaintextWarning {
+		a.l.Debug(msg)
+		return
+	}
+	a.l.Warn(msg)
+}
 func (a *slogAdapter) Fatalf(f string, v ...any) {
 	msg := fmt.Sprintf(f, v...)
 	if !a.started.Load() {

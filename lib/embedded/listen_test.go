@@ -1,9 +1,13 @@
 package embedded
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,4 +71,33 @@ func TestStartFailureFromServerLog(t *testing.T) {
 	if err := startFailure(opts, "Can't start JetStream: boom"); err == nil || err.Error() != "embedded nats: Can't start JetStream: boom" {
 		t.Errorf("another fatal error: %v", err)
 	}
+}
+
+// heed's own no-auth user (an empty password) does not make the server
+// warn about plaintext passwords on every start: the warning would be false.
+func TestNoPlaintextWarningForTheNoAuthUser(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := Start(Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", SystemPassword: "pw", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "Plaintext") {
+		t.Errorf("the server warned about plaintext passwords:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
