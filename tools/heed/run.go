@@ -38,10 +38,14 @@ func newRunCmd(g *globals) *cobra.Command {
 		Long: `Run a skill: the runner executes it as an event-sourced run. heed run prints
 each step as it happens (a live line on a terminal, plain lines when piped)
 and waits for the run to end. At a confirm step it shows the question; answer
-it here or from anywhere with 'heed confirm answer'.
+it here (on a terminal), from anywhere with 'heed confirm answer', or not at
+all with --yes. Without a terminal it prints the choices, the deadline and
+the exact 'heed confirm answer' line, and waits until the deadline (then the
+step's default applies).
 
 Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
-4 abandoned (no event for the runner's idle time).`,
+4 abandoned (no event for the runner's idle time), 130 interrupted (the run
+goes on).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
