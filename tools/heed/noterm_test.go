@@ -47,6 +47,16 @@ func TestRunWithoutTerminalSaysHowToAnswer(t *testing.T) {
 	if code := run.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(run.stdout.String(), "run completed") {
 		t.Errorf("heed run: exit %d, want 0 and completed:\n%s\n%s", code, run.stdout.String(), run.stderr.String())
 	}
+
+	// With --yes the confirm router answers at once: heed run does not tell
+	// anyone to answer what is answered (the pause and the override answer
+	// race; ten runs to catch it).
+	for i := 0; i < 10; i++ {
+		out, errOut, code := runCLI(t, "--nats-url", h.url, "run", "--yes", "../../skills/release_prod.yaml", "-i", "commit_sha="+testSHA)
+		if code != 0 || !strings.Contains(out, "→ resumed at confirm_release: proceed (override by ") || strings.Contains(out, "waiting for an answer") {
+			t.Fatalf("heed run --yes: exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 0, the override and no line asking for an answer", code, out, errOut)
+		}
+	}
 }
 
 // heed confirm without a terminal fails at once, even with no id (it does

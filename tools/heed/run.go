@@ -130,6 +130,9 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 				}
 			}
 		}
+		if waiting != nil && !interactive {
+			waiting = unlessAnsweredSoon(ctx, c, waiting)
+		}
 		status, done := p.event(ev)
 		if done {
 			code = status
@@ -154,6 +157,32 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 		return nil
 	}
 	return &exitError{code: code}
+}
+
+// answerSettle is how long a pause may be answered by the confirm
+// router's fast layers (--yes, a rule, a remembered choice: milliseconds)
+// before heed run tells a person how to answer it.
+const answerSettle = 300 * time.Millisecond
+
+// unlessAnsweredSoon returns st's confirmation if it is still open after
+// answerSettle, or nil once it is answered.
+func unlessAnsweredSoon(ctx context.Context, c *client, st *confirmation.State) *confirmation.State {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	settle := time.NewTimer(answerSettle)
+	defer settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return st
+		case <-settle.C:
+			return st
+		case <-tick.C:
+			if now, err := c.Confirmation(ctx, st.ID); err == nil && !now.Open() {
+				return nil
+			}
+		}
+	}
 }
 
 // progress renders run events for a person.
