@@ -78,7 +78,8 @@ func newUpCmd(g *globals) *cobra.Command {
 		Long: `Run heed in one process: an embedded nats-server with JetStream on --data,
 listening on --nats-listen (loopback by default) so the nats CLI and agents in
 any language can connect, plus every service. With --nats-url (or
-HEED_NATS_URL) no server is embedded; the services use that server or cluster.
+HEED_NATS_URL, unless --data or --nats-listen is given) no server is
+embedded; the services use that server or cluster.
 Once ready it prints the client settings to copy into another terminal
 (export HEED_NATS_URL=…, a nats context for the nats CLI).
 
@@ -90,8 +91,12 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
+			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
+				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
 				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health,
 			}, cmd.OutOrStdout())
@@ -128,11 +133,31 @@ type upOptions struct {
 
 type writer interface{ Write([]byte) (int, error) }
 
+// upNATSURL is the server heed up uses instead of embedding one: --nats-url,
+// else $HEED_NATS_URL, unless --data or --nats-listen (embed) ask for an
+// embedded server. The export heed up prints must not turn the next heed up
+// in that shell into a second set of services on the first one's server:
+// there, heed up --data meets the first's lock and says so.
+func upNATSURL(flagURL string, embed bool, out writer) (string, error) {
+	if flagURL != "" {
+		if embed {
+			return "", &exitError{code: exitUsage, msg: events.Errorf(events.CodeInvalidRequest,
+				"--nats-url uses a running NATS server, --data and --nats-listen are for the embedded one: give one or the other").Error()}
+		}
+		return flagURL, nil
+	}
+	env := os.Getenv("HEED_NATS_URL")
+	if env != "" && embed {
+		fmt.Fprintf(out, "heed: HEED_NATS_URL=%s is set, but --data/--nats-listen ask for an embedded server: starting one (--nats-url %s would use that server instead)\n", env, env)
+		return "", nil
+	}
+	return env, nil
+}
+
+// runUp runs heed: on the NATS server at o.natsURL, or on an embedded one
+// when it is empty.
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
 	url := o.natsURL
-	if url == "" {
-		url = os.Getenv("HEED_NATS_URL")
-	}
 	var srv *embedded.Server
 	settings := clientSettings{}
 	if url == "" {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,6 +47,22 @@ func TestUpTwiceOnOneDataDir(t *testing.T) {
 	if strings.Contains(out, "listening") {
 		t.Errorf("the second heed up started a server:\n%s", out)
 	}
+	// In a shell where the printed export was pasted, heed up --data still
+	// means an embedded server: it meets the lock instead of running a
+	// second set of services on the first one's server.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, heedBin, "up", "--data", data, "--nats-listen", other)
+	second.Env = append(childEnv(), "HEED_NATS_URL="+first.url)
+	b, err := second.CombinedOutput()
+	if second.ProcessState.ExitCode() != 2 || !strings.Contains(string(b), "is in use by another heed up (pid "+pid) || strings.Contains(string(b), "services running") {
+		t.Fatalf("heed up --data with HEED_NATS_URL exported: %v\n%s\nwant exit 2 naming the first", err, b)
+	}
+	// --nats-url with --data is a contradiction, said as such.
+	if out, errOut, code := runCLI(t, "--nats-url", first.url, "up", "--data", data); code != 2 || !strings.Contains(errOut, "give one or the other") {
+		t.Errorf("heed up --nats-url --data: exit %d\n%s\n%s", code, out, errOut)
+	}
+
 	// The first one is untouched: it still answers.
 	nc, _ := connect(t, first.url)
 	if _, err := nc.Request("heed.svc.indexer.health", nil, 3*time.Second); err != nil {
