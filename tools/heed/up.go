@@ -158,6 +158,15 @@ func upNATSURL(flagURL string, embed bool, out writer) (string, error) {
 // when it is empty.
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
 	url := o.natsURL
+	// The metrics address is listened on last, once every service runs:
+	// a taken one is said at once instead (after the data directory's
+	// lock, which names a heed up that holds both).
+	metricsFree := func() error {
+		if o.metricsListen == "" {
+			return nil
+		}
+		return checkFree("--metrics-listen", o.metricsListen)
+	}
 	var srv *embedded.Server
 	settings := clientSettings{}
 	if url == "" {
@@ -174,6 +183,9 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 			return err
 		}
 		defer lock.release()
+		if err := metricsFree(); err != nil {
+			return err
+		}
 		sysPass, err := systemPassword(o.dataDir)
 		if err != nil {
 			return err
@@ -197,6 +209,9 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 			fmt.Fprintf(out, "heed: NATS monitoring on http://%s\n", srv.MonitorAddr())
 		}
 	} else {
+		if err := metricsFree(); err != nil {
+			return err
+		}
 		settings.url = url
 		fmt.Fprintf(out, "heed: using NATS at %s\n", url)
 	}
@@ -339,8 +354,11 @@ func listenFailure(err error) error {
 	if !errors.As(err, &le) {
 		return err
 	}
-	flag := "--nats-listen"
-	if le.What == "monitor" {
+	flag := le.What // a heed up flag, or what the embedded server listens for
+	switch le.What {
+	case "client":
+		flag = "--nats-listen"
+	case "monitor":
 		flag = "--nats-monitor"
 	}
 	if !le.InUse() {
@@ -350,6 +368,16 @@ func listenFailure(err error) error {
 	return &exitError{code: exitUsage, msg: events.Errorf(events.CodeConflict,
 		"%s is already in use by another process (another heed up, or a nats-server?): stop it, or choose a free port with %s %s",
 		le.Addr, flag, net.JoinHostPort(host, "PORT")).Error()}
+}
+
+// checkFree fails, as listenFailure words it, if addr (given with flag)
+// cannot be listened on now.
+func checkFree(flag, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return listenFailure(&embedded.ListenError{What: flag, Addr: addr, Err: err})
+	}
+	return l.Close()
 }
 
 // clientURL is url as a client on this machine reaches it: a server

@@ -104,6 +104,7 @@ func TestUpPortTaken(t *testing.T) {
 	}{
 		{"client", []string{"--nats-listen", taken}, "--nats-listen"},
 		{"monitor", []string{"--nats-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), "--nats-monitor", taken}, "--nats-monitor"},
+		{"metrics", []string{"--nats-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), "--metrics-listen", taken}, "--metrics-listen"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
