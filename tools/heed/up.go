@@ -86,7 +86,7 @@ Once ready it prints the client settings to copy into another terminal
 One heed up per data directory: it holds a lock on --data/heed.lock, and a
 second heed up on the same directory exits at once (status 2) naming the
 first (its pid and where it listens). A port already taken (--nats-listen,
---nats-monitor) fails at once too (status 2).
+--nats-monitor, --metrics-listen) fails at once too (status 2).
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
