@@ -19,6 +19,7 @@ import (
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 func newContinueCmd(g *globals) *cobra.Command {
@@ -164,6 +165,11 @@ unless --yes answers with the proceed option.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if !yes && !term.IsTerminal(int(os.Stdin.Fd())) {
+				// Nobody can be asked here: say so before connecting or
+				// waiting for a request, and how to answer instead.
+				return noTerminal(args)
+			}
 			c, err := g.connect(ctx)
 			if err != nil {
 				return err
@@ -188,7 +194,7 @@ unless --yes answers with the proceed option.`,
 			} else {
 				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
 				if errors.Is(err, errNoTerminal) {
-					return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
+					return noTerminal([]string{id})
 				}
 				if errors.Is(err, context.Canceled) {
 					// Ctrl-C at the prompt: the question stays open.
@@ -270,6 +276,16 @@ unless --yes answers with the proceed option.`,
 	show.PreRunE = idArg("confirmation")
 	cmd.AddCommand(answer, show, list)
 	return cmd
+}
+
+// noTerminal is heed confirm's error without a terminal: it fails at once
+// and says how to answer instead.
+func noTerminal(args []string) error {
+	how := "answer with `heed confirm answer CONFIRM-ID CHOICE` (heed confirm list shows what waits)"
+	if len(args) == 1 {
+		how = fmt.Sprintf("answer with `heed confirm answer %s CHOICE` (heed confirm show %s lists the choices)", args[0], args[0])
+	}
+	return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: %s, or pass --yes to proceed", errNoTerminal, how)}
 }
 
 // nextPending returns the oldest confirmation waiting for an answer, or

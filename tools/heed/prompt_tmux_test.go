@@ -285,8 +285,13 @@ func TestTerminalPrompt(t *testing.T) {
 		p.typeLine(fmt.Sprintf("'%s' --nats-url %s run '%s'; echo EXIT=$?", heedBin, h.url, skillFile))
 		p.waitScreen("the prompt", 30*time.Second, func(sc string) bool { return countdownRE.MatchString(sc) && strings.Contains(sc, "2) Skip (default)") })
 		p.press("C-c")
-		sc := p.waitScreen("how to answer elsewhere", 10*time.Second, func(sc string) bool { return strings.Contains(sc, "waiting for an answer: heed confirm answer") })
-		m := regexp.MustCompile(`heed confirm answer (\S+) <choice>`).FindStringSubmatch(sc)
+		sc := p.waitScreen("how to answer elsewhere", 10*time.Second, func(sc string) bool {
+			return strings.Contains(sc, "answer from another terminal: heed confirm answer")
+		})
+		m := regexp.MustCompile(`answer from another terminal: heed confirm answer (\S+) go   \(or: heed confirm (\S+), to be asked\)`).FindStringSubmatch(sc)
+		if m != nil && m[1] != m[2] {
+			m = nil
+		}
 		if m == nil {
 			t.Fatalf("no confirmation id in:\n%s", sc)
 		}

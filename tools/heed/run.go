@@ -13,6 +13,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -28,7 +29,10 @@ func newRunCmd(g *globals) *cobra.Command {
 		Long: `Run a skill: the runner executes it as an event-sourced run. heed run prints
 each step as it happens (a live line on a terminal, plain lines when piped)
 and waits for the run to end. At a confirm step it shows the question; answer
-it here or from anywhere with 'heed confirm answer'.
+it here (on a terminal), from anywhere with 'heed confirm answer', or not at
+all with --yes. Without a terminal it prints the choices, the deadline and
+the exact 'heed confirm answer' line, and waits until the deadline (then the
+step's default applies).
 
 Exit status: 0 completed; 3 the run ended without completing (failed,
 cancelled, or abandoned after the runner's idle time), with its state on the
@@ -80,12 +84,23 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 	defer p.clear()
 	stopSpin := p.spin()
 	defer stopSpin()
+	stopRemind := p.remind(time.Minute)
+	defer stopRemind()
 	code := -1
 	err := c.FollowRun(ctx, runID, func(ev *events.Event) (bool, error) {
-		if interactive && events.Type(ev.Type()) == events.RunPaused {
+		// waiting is the open confirmation the run is paused at, to say
+		// how to answer it and until when (nil: already answered).
+		var waiting *confirmation.State
+		var waitErr error
+		if events.Type(ev.Type()) == events.RunPaused {
 			var pd events.RunPausedData
 			if json.Unmarshal(ev.Data(), &pd) == nil && pd.Reason == events.PauseAwaitingConfirmation {
-				if st, err := c.Confirmation(ctx, pd.ConfirmID); err == nil && st.Open() {
+				st, err := c.Confirmation(ctx, pd.ConfirmID)
+				waitErr = err
+				if err == nil && st.Open() {
+					waiting = st
+				}
+				if interactive && waiting != nil {
 					p.lock()
 					p.current = ""
 					p.clear()
@@ -104,9 +119,20 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 				}
 			}
 		}
+		if waiting != nil && !interactive {
+			waiting = unlessAnsweredSoon(ctx, c, waiting)
+		}
 		status, done := p.event(ev)
 		if done {
 			code = status
+		}
+		switch {
+		case waiting != nil:
+			p.awaiting(waiting, time.Now())
+		case waitErr != nil:
+			var pd events.RunPausedData
+			_ = json.Unmarshal(ev.Data(), &pd)
+			p.line("  waiting for an answer: heed confirm answer %s CHOICE   (heed confirm show %s lists the choices)", pd.ConfirmID, pd.ConfirmID)
 		}
 		return done, nil
 	})
@@ -123,13 +149,102 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 	return &exitError{status: code}
 }
 
+// answerSettle is how long a pause may be answered by the confirm
+// router's fast layers (--yes, a rule, a remembered choice: milliseconds)
+// before heed run tells a person how to answer it.
+const answerSettle = 300 * time.Millisecond
+
+// unlessAnsweredSoon returns st's confirmation if it is still open after
+// answerSettle, or nil once it is answered.
+func unlessAnsweredSoon(ctx context.Context, c *client, st *confirmation.State) *confirmation.State {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	settle := time.NewTimer(answerSettle)
+	defer settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return st
+		case <-settle.C:
+			return st
+		case <-tick.C:
+			if now, err := c.Confirmation(ctx, st.ID); err == nil && !now.Open() {
+				return nil
+			}
+		}
+	}
+}
+
 // progress renders run events for a person.
 type progress struct {
 	out     io.Writer
 	tty     bool
 	current string
 	since   time.Time
+	waiting *confirmation.State // the open confirmation the run waits on
 	mu      sync.Mutex
+}
+
+// confirmDeadline is when a confirmation's default applies.
+func confirmDeadline(st *confirmation.State) time.Time {
+	timeout := time.Duration(st.Request.TimeoutS * float64(time.Second))
+	if timeout <= 0 {
+		timeout = defaultPromptTimeout
+	}
+	return st.RequestedAt.Add(timeout)
+}
+
+// awaiting says, when nobody is asked at this terminal, what the run waits
+// for, until when, and the ways to answer: heed run never sits silent.
+func (p *progress) awaiting(st *confirmation.State, now time.Time) {
+	p.lock()
+	defer p.unlock()
+	p.waiting = st
+	def := st.Gate.Default
+	var choices []string
+	for _, o := range st.Request.Options {
+		c := o.Value
+		if o.Value == def {
+			c += " (default)"
+		}
+		choices = append(choices, c)
+	}
+	deadline := confirmDeadline(st)
+	p.line("  choices: %s", strings.Join(choices, ", "))
+	p.line("  waiting for an answer until %s (%s left); then the default, %s, applies", deadline.Local().Format("15:04:05 MST"), formatLeft(deadline.Sub(now)), def)
+	choice := confirmation.ProceedChoice(st.Request)
+	if choice == "" {
+		choice = "CHOICE"
+	}
+	p.line("  answer from another terminal: heed confirm answer %s %s   (or: heed confirm %s, to be asked)", st.ID, choice, st.ID)
+	p.line("  or start the run with --yes to proceed without being asked")
+}
+
+// remind repeats, every interval while the run waits on a confirmation,
+// how long is left: a log or a script shows that heed run still waits.
+func (p *progress) remind(every time.Duration) func() {
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				p.lock()
+				if st := p.waiting; st != nil {
+					left := confirmDeadline(st).Sub(now)
+					if left < 0 {
+						left = 0
+					}
+					p.line("  still waiting for an answer to %s: %s left (default: %s)", st.ID, formatLeft(left), st.Gate.Default)
+				}
+				p.unlock()
+			}
+		}
+	}()
+	return func() { close(stop) }
 }
 
 func (p *progress) lock()   { p.mu.Lock() }
@@ -243,15 +358,16 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 	case events.RunPaused:
 		p.current = ""
 		if str("reason") == events.PauseAwaitingConfirmation {
-			p.line("? %s: %s", str("step"), str("message"))
-			p.line("  waiting for an answer: heed confirm answer %s <choice>   (or heed confirm show %s)", str("confirm_id"), str("confirm_id"))
+			p.line("? %s: %s", str("step"), strings.TrimRight(str("message"), "\n"))
 		} else {
 			p.line("… paused: %s", str("reason"))
 		}
 	case events.RunResumed:
+		p.waiting = nil
 		p.line("→ resumed at %s: %s (%s by %s)", str("step"), str("choice"), str("method"), str("by"))
 	case events.RunCompleted:
 		p.current = ""
+		p.waiting = nil
 		p.line("run completed in %sms", str("duration_ms"))
 		if s := str("summary"); s != "" {
 			p.line("%s", strings.TrimRight(s, "\n"))
@@ -259,6 +375,7 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		return exitOK, true
 	case events.RunFailed:
 		p.current = ""
+		p.waiting = nil
 		msg := ""
 		if e, ok := d["error"].(map[string]any); ok {
 			msg = fmt.Sprint(e["message"])
@@ -267,10 +384,12 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		return exitNotCompleted, true
 	case events.RunCancelled:
 		p.current = ""
+		p.waiting = nil
 		p.line("run cancelled by %s: %s", str("by"), str("reason"))
 		return exitNotCompleted, true
 	case events.RunAbandoned:
 		p.current = ""
+		p.waiting = nil
 		p.line("run abandoned: %s", str("reason"))
 		return exitNotCompleted, true
 	}

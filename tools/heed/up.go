@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -80,7 +83,15 @@ func newUpCmd(g *globals) *cobra.Command {
 		Long: `Run heed in one process: an embedded nats-server with JetStream on --data,
 listening on --nats-listen (loopback by default) so the nats CLI and agents in
 any language can connect, plus every service. With --nats-url (or
-HEED_NATS_URL) no server is embedded; the services use that server or cluster.
+HEED_NATS_URL, unless --data or --nats-listen is given) no server is
+embedded; the services use that server or cluster.
+Once ready it prints the client settings to copy into another terminal
+(export HEED_NATS_URL=…, a nats context for the nats CLI).
+
+One heed up per data directory: it holds a lock on --data/heed.lock, and a
+second heed up on the same directory exits at once (status 2) naming the
+first (its pid and where it listens). A port already taken (--nats-listen,
+--nats-monitor, --metrics-listen) fails at once too (status 2).
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -92,8 +103,12 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
+			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: g.natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
+				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
 				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
@@ -154,6 +169,28 @@ type upOptions struct {
 
 type writer interface{ Write([]byte) (int, error) }
 
+// upNATSURL is the server heed up uses instead of embedding one: --nats-url,
+// else $HEED_NATS_URL, unless --data or --nats-listen (embed) ask for an
+// embedded server. The export heed up prints must not turn the next heed up
+// in that shell into a second set of services on the first one's server:
+// there, heed up --data meets the first's lock and says so.
+func upNATSURL(flagURL string, embed bool, out writer) (string, error) {
+	if flagURL != "" {
+		if embed {
+			return "", &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("--nats-url uses a running NATS server, --data and --nats-listen are for the embedded one: give one or the other")}
+		}
+		return flagURL, nil
+	}
+	env := os.Getenv("HEED_NATS_URL")
+	if env != "" && embed {
+		fmt.Fprintf(out, "heed: HEED_NATS_URL=%s is set, but --data/--nats-listen ask for an embedded server: starting one (--nats-url %s would use that server instead)\n", env, env)
+		return "", nil
+	}
+	return env, nil
+}
+
+// runUp runs heed: on the NATS server at o.natsURL, or on an embedded one
+// when it is empty.
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
 	if o.pprofListen != "" {
 		stop, err := servePprof(o.pprofListen, log)
@@ -164,15 +201,34 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		fmt.Fprintf(out, "heed: pprof on http://%s/debug/pprof/\n", o.pprofListen)
 	}
 	url := o.natsURL
-	if url == "" {
-		url = os.Getenv("HEED_NATS_URL")
+	// The metrics address is listened on last, once every service runs:
+	// a taken one is said at once instead (after the data directory's
+	// lock, which names a heed up that holds both).
+	metricsFree := func() error {
+		if o.metricsListen == "" {
+			return nil
+		}
+		return checkFree("--metrics-listen", o.metricsListen)
 	}
 	var srv *embedded.Server
+	settings := clientSettings{}
 	if url == "" {
 		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
-		var err error
+		// One heed up per data directory: a second one fails here, at once,
+		// naming the first, before it touches the store or the port.
+		lock, err := lockDataDir(o.dataDir)
+		if err != nil {
+			if events.CodeOf(err) == events.CodeConflict {
+				return &exitError{status: exitUsage, code: events.CodeOf(err), msg: events.Message(err)}
+			}
+			return err
+		}
+		defer lock.release()
+		if err := metricsFree(); err != nil {
+			return err
+		}
 		sysPass, err := systemPassword(o.dataDir)
 		if err != nil {
 			return err
@@ -180,17 +236,26 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		srv, err = embedded.Start(embedded.Config{DataDir: o.dataDir, Listen: o.listen, ConfigFile: o.natsConfig, Logger: log, SyncAlways: o.syncAlways,
 			MonitorListen: o.natsMonitor, SystemPassword: sysPass})
 		if err != nil {
-			return err
+			return listenFailure(err)
 		}
 		url = srv.URL()
+		settings.url = clientURL(url)
+		if err := lock.setListen(settings.url); err != nil {
+			log.Warn("data directory lock", "err", err)
+		}
 		fmt.Fprintf(out, "heed: embedded NATS listening on %s (JetStream data in %s)\n", url, o.dataDir)
 		if srv.SystemAccount() != nil && srv.SystemAccount().Name == "SYS" {
-			fmt.Fprintf(out, "heed: NATS system user %s, password in %s\n", embedded.SystemUser, filepath.Join(o.dataDir, systemPasswordFile))
+			settings.sysPasswordFile = filepath.Join(o.dataDir, systemPasswordFile)
+			fmt.Fprintf(out, "heed: NATS system user %s, password in %s\n", embedded.SystemUser, settings.sysPasswordFile)
 		}
 		if o.natsMonitor != "" {
 			fmt.Fprintf(out, "heed: NATS monitoring on http://%s\n", srv.MonitorAddr())
 		}
 	} else {
+		if err := metricsFree(); err != nil {
+			return err
+		}
+		settings.url = url
 		fmt.Fprintf(out, "heed: using NATS at %s\n", url)
 	}
 	stopServer := func() {
@@ -264,6 +329,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 	}
 	if runCtx.Err() == nil {
 		fmt.Fprintf(out, "heed: services running: %v\n", names)
+		settings.print(out)
 		fmt.Fprintf(out, "heed: ready (Ctrl-C to stop)\n")
 	}
 
@@ -347,4 +413,88 @@ func checkUpFiles(toolsFile, rulesFile, healerConfig string, replicas int) error
 		}
 	}
 	return nil
+}
+
+// listenFailure says in heed's words that the embedded server cannot
+// listen, and which flag chooses another address.
+func listenFailure(err error) error {
+	var le *embedded.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	flag := le.What // a heed up flag, or what the embedded server listens for
+	switch le.What {
+	case "client":
+		flag = "--nats-listen"
+	case "monitor":
+		flag = "--nats-monitor"
+	}
+	if !le.InUse() {
+		return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("cannot listen on %s (%s): %v", le.Addr, flag, le.Err)}
+	}
+	host, _, _ := net.SplitHostPort(le.Addr)
+	return &exitError{status: exitUsage, code: events.CodeConflict, msg: fmt.Sprintf("%s is already in use by another process (another heed up, or a nats-server?): stop it, or choose a free port with %s %s",
+		le.Addr, flag, net.JoinHostPort(host, "PORT"))}
+}
+
+// checkFree fails, as listenFailure words it, if addr (given with flag)
+// cannot be listened on now.
+func checkFree(flag, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return listenFailure(&embedded.ListenError{What: flag, Addr: addr, Err: err})
+	}
+	return l.Close()
+}
+
+// clientURL is url as a client on this machine reaches it: a server
+// listening on every interface is reached on loopback.
+func clientURL(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return url
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return url
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		u.Host = net.JoinHostPort("127.0.0.1", port)
+	}
+	return u.String()
+}
+
+// clientSettings are the lines a person copies to reach this heed from
+// another terminal: the heed CLI and agents, and the nats CLI.
+type clientSettings struct {
+	url             string
+	sysPasswordFile string // the system user's password, when the server has one
+}
+
+func (s clientSettings) print(out writer) {
+	fmt.Fprintln(out, "heed: client settings, for another terminal (heed, agents, the nats CLI):")
+	fmt.Fprintf(out, "  export HEED_NATS_URL=%s\n", s.url)
+	fmt.Fprintf(out, "  nats context save heed --server %s --select\n", s.url)
+	if s.sysPasswordFile != "" {
+		path := s.sysPasswordFile
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		fmt.Fprintf(out, "  nats context save heed-sys --server %s --user %s --password \"$(cat %s)\"\n", s.url, embedded.SystemUser, shellQuote(path))
+	}
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:=@%+,", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
