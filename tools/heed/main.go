@@ -59,8 +59,8 @@ func (g *globals) palette(cmd *cobra.Command) palette {
 func newRoot() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "heed",
-		Short:         "heed puts a human (or an AI) in the loop of automated work",
+		Use:   "heed",
+		Short: "heed puts a human (or an AI) in the loop of automated work",
 		Example: `  heed up --data .heed --tools skills/tools.yaml
   heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567
   heed runs --status paused
