@@ -12,9 +12,10 @@ import (
 
 func newDocsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "docs",
-		Short: "Generate documentation of the CLI (man pages)",
-		Args:  cobra.NoArgs,
+		Use:     "docs",
+		Short:   "Generate documentation of the CLI (man pages)",
+		Example: `  heed docs man ./man/man1`,
+		Args:    cobra.NoArgs,
 	}
 	var section string
 	man := &cobra.Command{

@@ -86,7 +86,7 @@ func newRoot() *cobra.Command {
 		newRunsCmd(g),
 		newStatusCmd(g),
 		newConfirmCmd(g),
-		newSkillCmd(),
+		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),
 		newStatsCmd(g),

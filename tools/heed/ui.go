@@ -156,3 +156,18 @@ func visibleWidth(s string) int {
 	}
 	return n
 }
+
+// eventType prints an event type without its "heed." prefix, coloured by
+// what it tells: a failure, a success, a question.
+func (p palette) eventType(t string) string {
+	short := shortType(t)
+	switch {
+	case strings.HasSuffix(t, ".failed"), strings.HasSuffix(t, ".abandoned"), strings.HasSuffix(t, ".refused"), strings.HasSuffix(t, ".gave_up"):
+		return p.paint(sgrRed, short)
+	case strings.HasSuffix(t, ".completed"), strings.HasSuffix(t, ".healed"), strings.HasSuffix(t, ".answered"):
+		return p.paint(sgrGreen, short)
+	case strings.HasSuffix(t, ".paused"), strings.HasSuffix(t, ".requested"), strings.HasSuffix(t, ".warning"), strings.HasSuffix(t, ".cancelled"):
+		return p.paint(sgrYellow, short)
+	}
+	return short
+}

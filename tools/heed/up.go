@@ -77,6 +77,10 @@ listening on --nats-listen (loopback by default) so the nats CLI and agents in
 any language can connect, plus every service. With --nats-url (or
 HEED_NATS_URL) no server is embedded; the services use that server or cluster.
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
+		Example: `  heed up --data .heed --tools skills/tools.yaml
+  heed up --data .heed --nats-listen 127.0.0.1:4333 --tools skills/tools.yaml --rules rules.yaml
+  heed up --nats-url nats://nats.internal:4222 --replicas 3 --tools skills/tools.yaml
+  heed up --metrics-listen 127.0.0.1:9090 --log-level debug`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := service.NewLogger(os.Stderr, logLevel)
@@ -103,6 +107,11 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().DurationVar(&health.StallAfter, "health-stall", 60*time.Second, "a service whose consumer has events waiting and has taken none for this long is degraded")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
+	for _, f := range []string{"tools", "rules", "healer-config"} {
+		_ = cmd.RegisterFlagCompletionFunc(f, completeYAML)
+	}
+	_ = cmd.MarkFlagDirname("data")
 	return cmd
 }
 
