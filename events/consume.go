@@ -138,9 +138,9 @@ func (cfg *ConsumerConfig) defaults() {
 
 // ConsumerStats are counters for health checks and tests.
 type ConsumerStats struct {
-	Handled      uint64 // events handled and acknowledged
-	DeadLettered uint64 // messages sent to the dead-letter stream
-	Retried      uint64 // negative acknowledgements for a retry
+	Handled      uint64 `json:"handled"`       // events handled and acknowledged
+	DeadLettered uint64 `json:"dead_lettered"` // messages sent to the dead-letter stream
+	Retried      uint64 `json:"retried"`       // negative acknowledgements for a retry
 }
 
 // Consumer runs a Handler over a durable JetStream consumer.

@@ -36,7 +36,7 @@ every bucket matches the log.
 inspection; without it no scratch bucket remains.`,
 		Example: `  heed replay
   heed replay --apply
-  heed replay --json | jq 'select(.identical | not)'`,
+  heed replay --json | jq -c '{projection, bucket, missing, extra, different}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
