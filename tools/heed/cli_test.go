@@ -253,6 +253,14 @@ func TestJSONOnEveryDataCommand(t *testing.T) {
 		}
 		return nil
 	})
+	jsonOf(0, "patterns", "list", "--json")
+	fixID := field(jsonOf(0, "fixes", "list", "--json")[0].([]any)[0], "id")
+	if got, _ := complete(t, url, "fixes", "forget", ""); !slices.Equal(got, []string{fixID}) {
+		t.Errorf("fixes forget <TAB> = %v, want [%s]", got, fixID)
+	}
+	if f := jsonOf(0, "fixes", "forget", fixID, "--json")[0]; field(f, "id") != fixID {
+		t.Errorf("fixes forget --json: %v", f)
+	}
 	if r := jsonOf(0, "replay", "--json"); len(r) < 2 {
 		t.Errorf("replay --json: %d reports", len(r))
 	}
@@ -504,5 +512,33 @@ func TestNoColor(t *testing.T) {
 	out, _, _ := runCLI(t, "--help")
 	if strings.Contains(out, "\033[") {
 		t.Errorf("escape codes in piped output: %q", out)
+	}
+}
+
+// TestColourOnTerminal: on a real terminal (a tmux pane) statuses are
+// coloured; NO_COLOR and --no-color turn colour off.
+func TestColourOnTerminal(t *testing.T) {
+	t.Parallel()
+	s := newTmux(t)
+	url, _ := startHeedCLI(t)
+	p := s.newPane(t, "colour")
+	show := func(cmdline, marker string) string {
+		t.Helper()
+		p.typeLine(fmt.Sprintf("clear; %s; echo %s=$?", cmdline, marker))
+		p.waitScreen(marker, 20*time.Second, func(sc string) bool { return regexp.MustCompile(marker + `=\d`).MatchString(sc) })
+		return s.run(t, "capture-pane", "-p", "-e", "-t", p.name)
+	}
+	green := regexp.MustCompile("\033\\[(?:[0-9;]*;)?32m\\s*OK")
+	if sc := show(fmt.Sprintf("%s --nats-url %s status", heedBin, url), "A"); !green.MatchString(sc) {
+		t.Errorf("heed status on a terminal: OK is not green:\n%q", sc)
+	}
+	for i, cmdline := range []string{
+		fmt.Sprintf("NO_COLOR=1 %s --nats-url %s status", heedBin, url),
+		fmt.Sprintf("%s --nats-url %s --no-color status", heedBin, url),
+	} {
+		sc := show(cmdline, fmt.Sprintf("B%d", i))
+		if !strings.Contains(sc, "OK") || strings.Contains(sc, "\033[32m") || green.MatchString(sc) {
+			t.Errorf("%s: want OK without colour:\n%q", cmdline, sc)
+		}
 	}
 }

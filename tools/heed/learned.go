@@ -136,6 +136,7 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 	learn.Flags().StringArrayVar(&actionArgs, "action-arg", nil, "an arg of the action tool as key=value (repeatable)")
 
 	var reason string
+	var forgetJSON bool
 	forget := &cobra.Command{
 		Use:               "forget KEY",
 		Short:             "Revoke a learned fix",
@@ -158,11 +159,19 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 			if _, err := c.Bus().Publish(cmd.Context(), &ev); err != nil {
 				return err
 			}
+			if forgetJSON {
+				printJSON(cmd.OutOrStdout(), struct {
+					ID string `json:"id"`
+					events.FixForgottenData
+				}{args[0], events.FixForgottenData{By: whoami(), Reason: reason}})
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
 			return nil
 		},
 	}
 	forget.Flags().StringVar(&reason, "reason", "", "why")
+	forget.Flags().BoolVar(&forgetJSON, "json", false, "JSON output")
 	cmd.AddCommand(list, learn, forget)
 	return cmd
 }

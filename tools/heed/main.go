@@ -90,6 +90,7 @@ func newRoot() *cobra.Command {
 		newPrefsCmd(g),
 		newFixesCmd(g),
 		newStatsCmd(g),
+		newPatternsCmd(g),
 		newVersionCmd(),
 		newDocsCmd(),
 	)

@@ -58,6 +58,7 @@ func newPrefsCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	var reason string
+	var forgetJSON bool
 	forget := &cobra.Command{
 		Use:               "forget KEY",
 		Short:             "Revoke a remembered choice: heed asks again",
@@ -89,11 +90,19 @@ func newPrefsCmd(g *globals) *cobra.Command {
 			if _, err := c.Bus().Publish(ctx, &ev); err != nil {
 				return err
 			}
+			if forgetJSON {
+				printJSON(cmd.OutOrStdout(), struct {
+					ID string `json:"id"`
+					events.PrefForgottenData
+				}{id, events.PrefForgottenData{By: whoami(), Reason: reason}})
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: heed will ask again\n", id)
 			return nil
 		},
 	}
 	forget.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
+	forget.Flags().BoolVar(&forgetJSON, "json", false, "JSON output")
 	cmd.AddCommand(list, forget)
 	return cmd
 }
