@@ -71,6 +71,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().BoolP("version", "v", false, "print heed's version, commit and build date")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", "", "NATS URL (default $HEED_NATS_URL or nats://127.0.0.1:4222)")
 	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in the output (also: NO_COLOR set, or not a terminal)")
 	_ = root.RegisterFlagCompletionFunc("nats-url", cobra.NoFileCompletions)
