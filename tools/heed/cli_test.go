@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,6 +200,23 @@ func TestJSONOnEveryDataCommand(t *testing.T) {
 		t.Errorf("confirm answer --json: %v", a)
 	}
 
+	// The terminal's confirm command, told to proceed.
+	another := field(jsonOf(0, "run", ask, "--detach", "--json")[0], "run_id")
+	checkFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		out, errOut, code := cli("confirm", another+"-s1-a1", "--yes", "--json")
+		if code != 0 {
+			return fmt.Errorf("confirm --yes: exit %d: %s", code, errOut)
+		}
+		docs, err := parseJSONOutput(out)
+		if err != nil || field(docs[0], "choice") != "proceed" {
+			return fmt.Errorf("confirm --yes --json: %v %q", err, out)
+		}
+		if bad := upperKeys(docs[0], ""); len(bad) > 0 {
+			t.Errorf("confirm --yes --json: keys with upper case: %v", bad)
+		}
+		return nil
+	})
+
 	// A run that fails, then a retry of its failed step.
 	failed := jsonOf(1, "run", fail, "--json")[0]
 	if field(failed, "status") != "failed" {
@@ -260,6 +278,21 @@ func TestJSONOnEveryDataCommand(t *testing.T) {
 	}
 	if f := jsonOf(0, "fixes", "forget", fixID, "--json")[0]; field(f, "id") != fixID {
 		t.Errorf("fixes forget --json: %v", f)
+	}
+	// events tail --json: one CloudEvent per line, as they enter the log.
+	tail := startProc(t, "heed events tail", "--nats-url", url, "events", "tail", "--all", "--json")
+	tail.waitOutput(doneID, 20*time.Second)
+	tail.stop(syscall.SIGINT)
+	lines := strings.Split(strings.TrimSpace(tail.stdout.String()), "\n")
+	for _, line := range lines {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Errorf("events tail --json: a line is not JSON: %v: %q", err, line)
+			continue
+		}
+		if bad := upperKeys(ev, ""); len(bad) > 0 || ev["specversion"] != "1.0" {
+			t.Errorf("events tail --json: keys with upper case %v, or not a CloudEvent: %q", bad, line)
+		}
 	}
 	if r := jsonOf(0, "replay", "--json"); len(r) < 2 {
 		t.Errorf("replay --json: %d reports", len(r))
