@@ -92,12 +92,17 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data", defaultDataDir(), "JetStream data directory for the embedded server ($HEED_DATA)")
+	_ = cmd.MarkFlagDirname("data")
 	cmd.Flags().StringVar(&listen, "nats-listen", "127.0.0.1:4222", "host:port the embedded server listens on")
 	cmd.Flags().StringVar(&natsConfig, "nats-config", "", "nats-server config file for the embedded server")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
+	for _, f := range []string{"tools", "rules", "healer-config"} {
+		_ = cmd.RegisterFlagCompletionFunc(f, completeYAML)
+	}
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
 	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
@@ -107,11 +112,6 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().DurationVar(&health.StallAfter, "health-stall", 60*time.Second, "a service whose consumer has events waiting and has taken none for this long is degraded")
 	cmd.Flags().DurationVar(&sweepQuiet, "sweep-quiet", 30*time.Second, "how long a run must have been quiet before the sweep reconciles it")
 	cmd.Flags().DurationVar(&abandonAfter, "abandon-after", runner.DefaultAbandonAfter, "end a run with no event for this long as abandoned (any driver; negative: never)")
-	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
-	for _, f := range []string{"tools", "rules", "healer-config"} {
-		_ = cmd.RegisterFlagCompletionFunc(f, completeYAML)
-	}
-	_ = cmd.MarkFlagDirname("data")
 	return cmd
 }
 
