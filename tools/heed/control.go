@@ -217,7 +217,7 @@ unless --yes answers with the proceed option.`,
 				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: whoami(), Channel: "cli", Reason: "--yes"})
 				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start)}
 			} else {
-				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
+				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout(), g.palette(cmd))
 				if errors.Is(err, errNoTerminal) {
 					return &exitError{code: 2, msg: fmt.Sprintf("%v: answer with `heed confirm answer %s <choice>`, or pass --yes to proceed", err, id)}
 				}

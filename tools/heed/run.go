@@ -128,7 +128,7 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer, noColor
 					p.lock()
 					p.current = ""
 					p.clear()
-					res, err := prompt(ctx, c, st, os.Stdin, out)
+					res, err := prompt(ctx, c, st, os.Stdin, out, p.pal)
 					if err == nil {
 						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, humanDuration(res.Duration))
 						p.unlock()
