@@ -178,6 +178,15 @@ func TestJSONOnEveryDataCommand(t *testing.T) {
 	}
 	doneID := field(done, "id")
 
+	// The same, for people: durations as people read them.
+	out, errOut, code := cli("run", ask, "--yes")
+	human := regexp.MustCompile(`^(\d+(µs|ms)|\d\.\ds|\d+s|\d+m\d\ds)$`)
+	m := regexp.MustCompile(`(?m)^✓ say \((\S+)\)`).FindStringSubmatch(out)
+	m2 := regexp.MustCompile(`(?m)^run completed in (\S+)$`).FindStringSubmatch(out)
+	if code != 0 || m == nil || m2 == nil || !human.MatchString(m[1]) || !human.MatchString(m2[1]) {
+		t.Errorf("heed run: exit %d, want durations like 250ms or 7.1s:\n%s%s", code, out, errOut)
+	}
+
 	// A run that waits for its confirmation.
 	waiting := jsonOf(0, "run", ask, "--detach", "--json")[0]
 	runID := field(waiting, "run_id")
@@ -371,6 +380,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"confirm", "answer", confirms[0], "proceed", "--remember", ""}, []string{"skill_step", "error", "ask_again"}, ":4"},
 		{[]string{"run", ""}, []string{"yaml", "yml"}, ":8"},
 		{[]string{"skill", "lint", ask, ""}, []string{"yaml", "yml"}, ":8"},
+		{[]string{"run", ask, "-i", ""}, []string{"word="}, ":38"},
+		{[]string{"run", ask, "-i", "word="}, nil, ":4"},
 	}
 	for _, c := range cases {
 		got, directive := complete(t, url, c.args...)

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/skill"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -207,4 +209,34 @@ func (g *globals) completeRunChoices() cobra.CompletionFunc {
 		}
 		return out
 	})
+}
+
+// completeInputs offers `name=` for each input the skill file (run's
+// first argument) declares, the required ones first; once a name is
+// typed, nothing (the value is the user's).
+func completeInputs(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) == 0 || strings.Contains(toComplete, "=") {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	src, err := os.ReadFile(args[0])
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	sk, err := skill.Load(args[0], src)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var req, opt []cobra.Completion
+	for _, in := range sk.Inputs {
+		desc := in.Type
+		if in.Description != "" {
+			desc += ": " + in.Description
+		}
+		if in.Required {
+			req = append(req, cobra.CompletionWithDesc(in.Name+"=", "required "+desc))
+		} else {
+			opt = append(opt, cobra.CompletionWithDesc(in.Name+"=", desc))
+		}
+	}
+	return append(req, opt...), cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveKeepOrder
 }

@@ -106,7 +106,7 @@ Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the run id and return at once")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent that owns the run (answers ai_assist questions)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run's final state as JSON (progress on standard error)")
-	_ = cmd.RegisterFlagCompletionFunc("input", cobra.NoFileCompletions)
+	_ = cmd.RegisterFlagCompletionFunc("input", completeInputs)
 	_ = cmd.RegisterFlagCompletionFunc("agent", cobra.NoFileCompletions)
 	return cmd
 }
