@@ -488,6 +488,10 @@ func TestHumanDuration(t *testing.T) {
 		3*time.Minute + 12*time.Second:        "3m12s",
 		2*time.Hour + 5*time.Minute + 1*time.Second: "2h05m",
 		-1500 * time.Millisecond:                    "-1.5s",
+		9960 * time.Millisecond:                     "10s",
+		59600 * time.Millisecond:                    "1m00s",
+		59*time.Minute + 59600*time.Millisecond:     "1h00m",
+		999600 * time.Microsecond:                   "1.0s",
 	} {
 		if got := humanDuration(d); got != want {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)

@@ -26,7 +26,11 @@ const completeMax = 50
 // under completionTimeout, and never files.
 func (g *globals) completeFrom(list func(ctx context.Context, c *client, args []string) []cobra.Completion) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+		base := cmd.Context()
+		if base == nil {
+			base = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(base, completionTimeout)
 		defer cancel()
 		hc, err := heedclient.Connect(ctx, g.natsURL, heedclient.Name("heed-cli-complete"), heedclient.Source("heed/cli"),
 			heedclient.Timeout(completionTimeout), heedclient.NATSOptions{nats.Timeout(500 * time.Millisecond)})

@@ -73,13 +73,13 @@ func humanDuration(d time.Duration) string {
 		return "0s"
 	case d < time.Millisecond:
 		return neg + d.Round(time.Microsecond).String()
-	case d < time.Second:
+	case d < time.Second-500*time.Microsecond:
 		return neg + d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
+	case d < 9950*time.Millisecond: // below what rounds to 10.0s
 		return neg + fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Minute:
+	case d < time.Minute-500*time.Millisecond:
 		return neg + fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
-	case d < time.Hour:
+	case d < time.Hour-500*time.Millisecond:
 		d = d.Round(time.Second)
 		return neg + fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
 	}
