@@ -59,8 +59,9 @@ func newRetryCmd(g *globals) *cobra.Command {
 		Use:   "retry RUN-ID [--step NAME] [--arg key=value]...",
 		Short: "Retry a failed step with corrected args (merged over the failed attempt's)",
 		Example: `  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt
-  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --step deploy --arg replicas=3 --reason "quota raised"
-  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --arg 'tags=["v1","latest"]'`,
+  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --step check_image \
+    --arg tag=0123456789abcdef0123456789abcdef01234567 --reason "the full SHA"
+  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --arg replicas=2 --json`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeRuns("failed", "paused"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -14,7 +14,7 @@ import (
 func newFixesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "fixes", Short: "Show, teach and revoke learned fixes", Args: cobra.NoArgs,
 		Example: `  heed fixes list
-  heed fixes learn --tool deploy --pattern "image not found" --set 'tag={{ args.tag + "-full" }}' --description "use the full tag"
+  heed fixes learn --tool quay_check --pattern "manifest unknown" --set 'tag={{ args.tag + "-full" }}' --description "use the full tag"
   heed fixes forget fix-2b1e7331eb77d7800a3b`}
 	var asJSON bool
 	list := &cobra.Command{
@@ -73,11 +73,11 @@ func newFixesCmd(g *globals) *cobra.Command {
 step with the --set args changed. Values may be templates over the failed
 call: --set 'tag={{ args.tag + "-full" }}' ({{ error }} is the error text).
 A taught fix starts at confidence 0.9 and beats the generic patterns.`,
-		Example: `  heed fixes learn --tool deploy --pattern "image not found" \
+		Example: `  heed fixes learn --tool quay_check --pattern "manifest unknown" \
     --set 'tag={{ args.tag + "-full" }}' --description "use the full image tag"
-  heed fixes learn --tool deploy --pattern "quota exceeded" \
-    --action-tool scale --action-arg service=batch --action-arg replicas=0 \
-    --description "free quota by stopping the batch workers"`,
+  heed fixes learn --tool kube_scale --pattern "Unauthorized" \
+    --action-tool kube_login --action-arg cluster=stage \
+    --description "log in to the cluster, then scale again"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if toolName == "" || pattern == "" || description == "" {

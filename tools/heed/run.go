@@ -47,7 +47,7 @@ Exit status: 0 completed, 1 failed, 2 bad skill or input, 3 cancelled,
 4 abandoned (no event for the runner's idle time).`,
 		Example: `  heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567
   heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567 --yes
-  heed run skills/scale.yaml -i service=api -i replicas=3 --detach
+  heed run skills/scale_down.yaml -i name=backend -i replicas=1 --detach
   heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567 --yes --json | jq .status`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeSkillFiles(false),
