@@ -470,7 +470,7 @@ func TestEveryCommandHasExamples(t *testing.T) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Example == "" {
-			t.Errorf("heed %s has no examples", c.CommandPath())
+			t.Errorf("%s has no examples", c.CommandPath())
 		}
 		for _, s := range c.Commands() {
 			walk(s)
@@ -589,4 +589,98 @@ func TestColourOnTerminal(t *testing.T) {
 			t.Errorf("%s: want OK without colour:\n%q", cmdline, sc)
 		}
 	}
+}
+
+// TestExamplesParse: every example in every command's help names a real
+// command whose flags and arguments it accepts.
+func TestExamplesParse(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, line := range exampleLines(c.Example) {
+			args, err := shellWords(line)
+			if err != nil {
+				t.Errorf("heed %s: example %q: %v", c.CommandPath(), line, err)
+				continue
+			}
+			if len(args) == 0 || args[0] != "heed" {
+				continue // another program (man, jq)
+			}
+			root := newRoot()
+			cmd, rest, err := root.Find(args[1:])
+			if err != nil {
+				t.Errorf("example %q: %v", line, err)
+				continue
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Errorf("example %q: %s: %v", line, cmd.CommandPath(), err)
+				continue
+			}
+			if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+				t.Errorf("example %q: %s: %v", line, cmd.CommandPath(), err)
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRoot())
+}
+
+// exampleLines joins continued lines (ending in \) and cuts each at a pipe,
+// a comment or a second command.
+func exampleLines(ex string) []string {
+	var out []string
+	var cur string
+	for _, l := range strings.Split(ex, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasSuffix(l, `\`) {
+			cur += strings.TrimSuffix(l, `\`) + " "
+			continue
+		}
+		l = cur + l
+		cur = ""
+		for _, sep := range []string{" | ", " # ", " && "} {
+			if i := strings.Index(l, sep); i >= 0 {
+				l = l[:i]
+			}
+		}
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// shellWords splits a command line as a shell would (quotes, no
+// expansion).
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var w strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteRune(r)
+			in = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated %c", quote)
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words, nil
 }

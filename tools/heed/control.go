@@ -464,15 +464,15 @@ type lintResult struct {
 
 func newSkillCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "skill", Short: "Work with skill files", Args: cobra.NoArgs,
-		Example: `  heed skill lint --tools skills/tools.yaml skills/*.yaml`}
+		Example: `  heed skill lint --tools skills/tools.yaml skills/release_prod.yaml skills/scale_down.yaml`}
 	var toolsFile string
 	var asJSON bool
 	lint := &cobra.Command{
 		Use:   "lint FILE...",
 		Short: "Check skills: every error with file:line, before anything runs",
 		Example: `  heed skill lint skills/release_prod.yaml
-  heed skill lint --tools skills/tools.yaml skills/*.yaml
-  heed skill lint --json skills/*.yaml | jq '.[] | select(.ok | not)'`,
+  heed skill lint --tools skills/tools.yaml skills/release_prod.yaml skills/scale_down.yaml
+  heed skill lint --json skills/branch_cleanup.yaml skills/release_prod.yaml | jq '.[] | select(.ok | not)'`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeSkillFiles(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
