@@ -599,7 +599,7 @@ func TestExamplesParse(t *testing.T) {
 		for _, line := range exampleLines(c.Example) {
 			args, err := shellWords(line)
 			if err != nil {
-				t.Errorf("heed %s: example %q: %v", c.CommandPath(), line, err)
+				t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
 				continue
 			}
 			if len(args) == 0 || args[0] != "heed" {
