@@ -94,13 +94,14 @@ line.`,
 				}
 				return nil
 			}
+			pal := g.palette(cmd)
 			for _, kind := range events.EventKinds() {
 				if x, ok, err := c.IndexEntry(ctx, kind, id); err == nil && ok {
 					fmt.Fprintf(out, "%s %s", x.Kind, x.ID)
 					if x.Skill != "" {
 						fmt.Fprintf(out, " (skill %s)", x.Skill)
 					}
-					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
+					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", pal.status(x.Status), x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
 				}
 			}
 			// Judge every answer as every reader does: only the first valid
@@ -120,7 +121,6 @@ line.`,
 					refused[it.seq] = r.Reason
 				}
 			}
-			pal := g.palette(cmd)
 			t := newTable(out)
 			t.row(pal.bold("SEQ"), pal.bold("TIME"), pal.bold("EVENT"), pal.bold("AGGREGATE"), pal.bold("DETAIL"))
 			for _, it := range items {
