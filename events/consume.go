@@ -155,10 +155,10 @@ func (cfg *ConsumerConfig) defaults() {
 
 // ConsumerStats are counters for health checks and tests.
 type ConsumerStats struct {
-	Handled      uint64 // events handled and acknowledged
-	DeadLettered uint64 // messages sent to the dead-letter stream
-	Retried      uint64 // negative acknowledgements for a retry
-	Skipped      uint64 // delivered by ServerFilter but outside the filters, acknowledged unhandled
+	Handled      uint64 `json:"handled"`       // events handled and acknowledged
+	DeadLettered uint64 `json:"dead_lettered"` // messages sent to the dead-letter stream
+	Retried      uint64 `json:"retried"`       // negative acknowledgements for a retry
+	Skipped      uint64 `json:"skipped"`       // delivered by ServerFilter but outside the filters, acknowledged unhandled
 }
 
 // Consumer runs a Handler over a durable JetStream consumer.

@@ -19,7 +19,11 @@ func newAuditCmd(g *globals) *cobra.Command {
 from the event stream itself. For a run, the events of the confirmations it
 asked for are merged in. --json prints the CloudEvents in JSON format, one per
 line.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt
+  heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1      # one confirmation
+  heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt --json | jq -r .type`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeRuns(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			id := args[0]
@@ -90,13 +94,14 @@ line.`,
 				}
 				return nil
 			}
+			pal := g.palette(cmd)
 			for _, kind := range events.EventKinds() {
 				if x, ok, err := c.IndexEntry(ctx, kind, id); err == nil && ok {
 					fmt.Fprintf(out, "%s %s", x.Kind, x.ID)
 					if x.Skill != "" {
 						fmt.Fprintf(out, " (skill %s)", x.Skill)
 					}
-					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", x.Status, x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
+					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", pal.status(x.Status), x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
 				}
 			}
 			// Judge every answer as every reader does: only the first valid
@@ -116,18 +121,20 @@ line.`,
 					refused[it.seq] = r.Reason
 				}
 			}
-			fmt.Fprintf(out, "%-6s %-12s  %-22s %-28s %s\n", "SEQ", "TIME", "EVENT", "AGGREGATE", "DETAIL")
+			t := newTable(out)
+			t.row(pal.bold("SEQ"), pal.bold("TIME"), pal.bold("EVENT"), pal.bold("AGGREGATE"), pal.bold("DETAIL"))
 			for _, it := range items {
 				if it.ev == nil {
-					fmt.Fprintf(out, "%-6d %-12s  %-22s %-28s rejected: %v\n", it.seq, "", "INVALID", it.raw.Subject, it.bad)
+					t.row(fmt.Sprint(it.seq), "", pal.red("INVALID"), it.raw.Subject, fmt.Sprintf("rejected: %v", it.bad))
 					continue
 				}
 				detail := summarize(it.ev)
 				if why, ok := refused[it.seq]; ok {
-					detail += "  ✗ refused: " + why
+					detail += "  " + pal.red("✗ refused: "+why)
 				}
-				fmt.Fprintf(out, "%-6d %s  %-22s %-28s %s\n", it.seq, it.ev.Time().Local().Format("15:04:05.000"), shortType(it.ev.Type()), it.ev.Subject(), detail)
+				t.row(fmt.Sprint(it.seq), it.ev.Time().Local().Format("15:04:05.000"), pal.eventType(it.ev.Type()), it.ev.Subject(), detail)
 			}
+			t.Flush()
 			return nil
 		},
 	}

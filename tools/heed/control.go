@@ -17,17 +17,20 @@ import (
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/lib/tool"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
 func newContinueCmd(g *globals) *cobra.Command {
 	var choice, reason, by string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "continue RUN-ID --choice VALUE",
 		Short: "Continue a paused run: answer its confirmation (as its agent) or resume it",
-		Args:  cobra.ExactArgs(1),
+		Example: `  heed continue 01kmz3h7q8r2v5x9c4d6e8f0gt --choice proceed
+  heed continue 01kmz3h7q8r2v5x9c4d6e8f0gt --choice cancel --reason "wrong commit"`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeRuns("paused"),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if by == "" {
 				by = whoami()
@@ -36,12 +39,18 @@ func newContinueCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), reply)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s continues (%s)\n", reply.RunID, choice)
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	cmd.Flags().StringVar(&choice, "choice", "", "the option value to continue with")
 	cmd.PreRunE = idArg("run")
+	_ = cmd.RegisterFlagCompletionFunc("choice", g.completeRunChoices())
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	cmd.Flags().StringVar(&by, "by", "", "who decides (default the current user)")
 	return cmd
@@ -50,10 +59,16 @@ func newContinueCmd(g *globals) *cobra.Command {
 func newRetryCmd(g *globals) *cobra.Command {
 	var step, reason string
 	var argPairs []string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "retry RUN-ID [--step NAME] [--arg key=value]...",
 		Short: "Retry a failed step with corrected args (merged over the failed attempt's)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt
+  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --step check_image \
+    --arg tag=0123456789abcdef0123456789abcdef01234567 --reason "the full SHA"
+  heed retry 01kmz3h7q8r2v5x9c4d6e8f0gt --arg replicas=2 --json`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeRuns("failed", "paused"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseKV(argPairs, true)
 			if err != nil {
@@ -68,10 +83,15 @@ func newRetryCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), reply)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s: retrying\n", reply.RunID)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	cmd.Flags().StringVar(&step, "step", "", "the failed step (default: the first failed step)")
 	cmd.PreRunE = idArg("run")
 	cmd.Flags().StringArrayVar(&argPairs, "arg", nil, "corrected arg as key=value (JSON values allowed; repeatable)")
@@ -81,20 +101,29 @@ func newRetryCmd(g *globals) *cobra.Command {
 
 func newCancelCmd(g *globals) *cobra.Command {
 	var reason string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "cancel RUN-ID",
 		Short: "Cancel a run (a running tool is stopped)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  heed cancel 01kmz3h7q8r2v5x9c4d6e8f0gt --reason "superseded by a newer release"
+  heed runs --status paused --json | jq -r '.[].id' | xargs -n1 heed cancel`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeRuns("running", "paused", "requested"),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			reply, err := c.Cancel(cmd.Context(), command.CancelRun{RunID: args[0], Reason: reason, By: whoami()})
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), reply)
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled\n", reply.RunID)
 			return nil
 		}),
 	}
 	cmd.PreRunE = idArg("run")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the log)")
 	return cmd
 }
@@ -106,7 +135,10 @@ func newRunsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "List recent runs and their state",
-		Args:  cobra.NoArgs,
+		Example: `  heed runs
+  heed runs --status failed -n 5
+  heed runs --json | jq -r '.[] | select(.status == "paused") | .id'`,
+		Args: cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error {
 			if limit < 0 {
 				return badInput("--limit %d: use a positive number, or 0 for every run", limit)
@@ -133,25 +165,34 @@ func newRunsCmd(g *globals) *cobra.Command {
 				}
 			}
 			if asJSON {
+				if shown == nil {
+					shown = []readmodel.IndexEntry{}
+				}
 				printJSON(out, shown)
 				return nil
 			}
-			fmt.Fprintf(out, "%-28s %-24s %-10s %-22s %6s  %s\n", "RUN", "SKILL", "STATUS", "STEP", "EVENTS", "UPDATED")
-			for _, e := range shown {
-				fmt.Fprintf(out, "%-28s %-24s %-10s %-22s %6d  %s\n", e.ID, truncate(e.Skill, 24), e.Status, truncate(e.Step, 22), e.Count, e.Last.Time.Local().Format("2006-01-02 15:04:05"))
-			}
 			if len(shown) == 0 {
 				fmt.Fprintln(out, "(no runs)")
+				return nil
 			}
+			pal := g.palette(cmd)
+			t := newTable(out)
+			t.row(pal.bold("RUN"), pal.bold("SKILL"), pal.bold("STATUS"), pal.bold("STEP"), pal.bold("EVENTS"), pal.bold("UPDATED"))
+			for _, e := range shown {
+				t.row(e.ID, truncate(e.Skill, 32), pal.status(e.Status), truncate(e.Step, 32), fmt.Sprint(e.Count), e.Last.Time.Local().Format("2006-01-02 15:04:05"))
+			}
+			t.Flush()
 			return nil
 		}),
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many (0: every run)")
-	cmd.Flags().StringVar(&status, "status", "", "only runs in this state (requested, running, paused, completed, failed, cancelled, abandoned)")
+	cmd.Flags().StringVar(&status, "status", "", "only runs in this state ("+strings.Join(runStatuses, ", ")+")")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	_ = cmd.RegisterFlagCompletionFunc("status", completeChoices(runStatuses...))
 	return cmd
 }
 
+// runStatuses are the states a run can be in (the index's words).
 func newConfirmCmd(g *globals) *cobra.Command {
 	var yes, asJSON bool
 	cmd := &cobra.Command{
@@ -162,7 +203,11 @@ countdown. Enter takes the default, a digit picks that option, 'a' remembers
 the choice for this skill step, Ctrl-C cancels. An answer from any other
 channel ends the prompt too. Without a terminal it fails at once (exit 2)
 unless --yes answers with the proceed option.`,
-		Args: cobra.MaximumNArgs(1),
+		Example: `  heed confirm                      # the oldest waiting confirmation, or the next one
+  heed confirm 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1
+  heed confirm --yes --json         # answer the next one with proceed, print the result`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: g.completeConfirmations(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if !yes && !term.IsTerminal(int(os.Stdin.Fd())) {
@@ -192,7 +237,7 @@ unless --yes answers with the proceed option.`,
 				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: whoami(), Channel: "cli", Reason: "--yes"})
 				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start)}
 			} else {
-				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout())
+				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout(), g.palette(cmd))
 				if errors.Is(err, errNoTerminal) {
 					return noTerminal([]string{id})
 				}
@@ -208,7 +253,7 @@ unless --yes answers with the proceed option.`,
 				printJSON(cmd.OutOrStdout(), res)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "→ %s (%s by %s, %s)\n", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
+			fmt.Fprintf(cmd.OutOrStdout(), "→ %s (%s by %s, %s)\n", res.Choice, res.Method, res.By, humanDuration(res.Duration))
 			return nil
 		},
 	}
@@ -216,10 +261,15 @@ unless --yes answers with the proceed option.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
 	cmd.PreRunE = idArg("confirmation")
 	var reason, by, remember string
+	var answerJSON bool
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
 		Short: "Answer a confirmation (the first answer wins; later ones are refused)",
-		Args:  cobra.ExactArgs(2),
+		Example: `  heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 proceed
+  heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 cancel --reason "release freeze"
+  heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 proceed --remember skill_step`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: g.completeAnswer(),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if by == "" {
 				by = whoami()
@@ -228,52 +278,89 @@ unless --yes answers with the proceed option.`,
 			if err != nil {
 				return err
 			}
+			if answerJSON {
+				printJSON(cmd.OutOrStdout(), a)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "answered %s: %s (by %s)\n", a.ID, a.Choice, a.By)
 			return nil
 		}),
 	}
+	answer.Flags().BoolVar(&answerJSON, "json", false, "JSON output")
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	answer.PreRunE = idArg("confirmation")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
 	answer.Flags().StringVar(&remember, "remember", "", "remember the choice: skill_step (always for this skill step), error, or ask_again")
+	_ = answer.RegisterFlagCompletionFunc("remember", completeChoices("skill_step", "error", "ask_again"))
+	_ = answer.RegisterFlagCompletionFunc("by", cobra.NoFileCompletions)
+	_ = answer.RegisterFlagCompletionFunc("reason", cobra.NoFileCompletions)
+	var showJSON bool
 	show := &cobra.Command{
 		Use:   "show CONFIRM-ID",
 		Short: "Show a confirmation: the question, its options and its answer",
-		Args:  cobra.ExactArgs(1),
+		Example: `  heed confirm show 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1
+  heed confirm show 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 --json | jq .answer`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeConfirmations(),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			st, err := c.Confirmation(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			printConfirm(cmd.OutOrStdout(), st)
+			if showJSON {
+				printJSON(cmd.OutOrStdout(), newConfirmView(st))
+				return nil
+			}
+			printConfirm(cmd.OutOrStdout(), g.palette(cmd), st)
 			return nil
 		}),
 	}
+	show.Flags().BoolVar(&showJSON, "json", false, "JSON output")
+	var listJSON, listAll bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List confirmations waiting for an answer",
-		Args:  cobra.NoArgs,
+		Short: "List confirmations waiting for an answer (--all: answered ones too)",
+		Example: `  heed confirm list
+  heed confirm list --all
+  heed confirm list --json | jq -r '.[].id'`,
+		Args: cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			entries, err := c.Index(cmd.Context(), "confirm")
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			n := 0
+			shown := []readmodel.IndexEntry{}
 			for _, e := range entries {
-				if !e.Open() {
-					continue
+				if listAll || e.Open() {
+					shown = append(shown, e)
 				}
-				n++
-				fmt.Fprintf(out, "%-40s run %-28s since %s\n", e.ID, e.RunID, e.First.Time.Local().Format("15:04:05"))
 			}
-			if n == 0 {
+			if listJSON {
+				printJSON(out, shown)
+				return nil
+			}
+			if len(shown) == 0 {
 				fmt.Fprintln(out, "(nothing waiting)")
+				return nil
 			}
+			pal := g.palette(cmd)
+			t := newTable(out)
+			t.row(pal.bold("CONFIRMATION"), pal.bold("STATUS"), pal.bold("RUN"), pal.bold("OPTIONS"), pal.bold("SINCE"))
+			for _, e := range shown {
+				opts := strings.Join(e.Options, "/")
+				if e.Choice != "" {
+					opts = "→ " + e.Choice
+				}
+				t.row(e.ID, pal.status(e.Status), e.RunID, opts, humanDuration(time.Since(e.First.Time).Round(time.Second))+" ago")
+			}
+			t.Flush()
 			return nil
 		}),
 	}
 	show.PreRunE = idArg("confirmation")
+	list.Flags().BoolVar(&listJSON, "json", false, "JSON output")
+	list.Flags().BoolVar(&listAll, "all", false, "answered confirmations too")
 	cmd.AddCommand(answer, show, list)
 	return cmd
 }
@@ -329,10 +416,53 @@ func nextPending(cmd *cobra.Command, c *client) (string, error) {
 	}
 }
 
-func printConfirm(w writer, st *confirmation.State) {
+// confirmView is `heed confirm show --json`: the confirmation as its
+// events tell it.
+type confirmView struct {
+	ID          string                       `json:"id"`
+	Status      string                       `json:"status"` // waiting, answered, expired
+	Request     *events.ConfirmRequestedData `json:"request,omitempty"`
+	RequestedAt time.Time                    `json:"requested_at,omitzero"`
+	Default     string                       `json:"default,omitempty"`
+	Answer      *events.ConfirmAnsweredData  `json:"answer,omitempty"`
+	AnswerID    string                       `json:"answer_id,omitempty"`
+	AnsweredAt  time.Time                    `json:"answered_at,omitzero"`
+	Expired     *events.ConfirmExpiredData   `json:"expired,omitempty"`
+	Delegated   *events.ConfirmDelegatedData `json:"delegated,omitempty"`
+	Answers     []answerView                 `json:"answers,omitempty"`
+}
+
+// answerView is one answer event and its verdict.
+type answerView struct {
+	Seq     uint64                     `json:"seq"`
+	EventID string                     `json:"event_id"`
+	Source  string                     `json:"source"`
+	At      time.Time                  `json:"at"`
+	Data    events.ConfirmAnsweredData `json:"data"`
+	Refusal *confirmation.Refusal      `json:"refusal,omitempty"`
+}
+
+func newConfirmView(st *confirmation.State) confirmView {
+	v := confirmView{ID: st.ID, Request: st.Request, RequestedAt: st.RequestedAt, Default: st.Gate.Default, Answer: st.Answer, AnswerID: st.AnswerID,
+		AnsweredAt: st.AnsweredAt, Expired: st.Expired, Delegated: st.Delegated}
+	switch {
+	case st.Answer != nil:
+		v.Status = "answered"
+	case st.Expired != nil:
+		v.Status = "expired"
+	default:
+		v.Status = "waiting"
+	}
+	for _, a := range st.Answers {
+		v.Answers = append(v.Answers, answerView{Seq: a.Seq, EventID: a.EventID, Source: a.Source, At: a.At, Data: a.Data, Refusal: a.Refusal})
+	}
+	return v
+}
+
+func printConfirm(w writer, pal palette, st *confirmation.State) {
 	r := st.Request
 	if r.Title != "" {
-		fmt.Fprintf(w, "%s\n", r.Title)
+		fmt.Fprintf(w, "%s\n", pal.bold(r.Title))
 	}
 	fmt.Fprintf(w, "%s\n", strings.TrimRight(r.Message, "\n"))
 	for i, o := range r.Options {
@@ -351,17 +481,28 @@ func printConfirm(w writer, st *confirmation.State) {
 	}
 	switch {
 	case st.Answer != nil:
-		fmt.Fprintf(w, "answered %q by %s (%s) at %s\n", st.Answer.Choice, st.Answer.By, st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
+		fmt.Fprintf(w, "%s %q by %s (%s) at %s\n", pal.status("answered"), st.Answer.Choice, st.Answer.By, st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
 	case st.Expired != nil:
-		fmt.Fprintf(w, "expired at %s; default %q applies\n", st.Expired.Deadline.Local().Format(time.DateTime), st.Expired.Default)
+		fmt.Fprintf(w, "%s at %s; default %q applies\n", pal.status("expired"), st.Expired.Deadline.Local().Format(time.DateTime), st.Expired.Default)
 	default:
-		fmt.Fprintf(w, "waiting since %s\n", st.RequestedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(w, "%s since %s (%s)\n", pal.status("waiting"), st.RequestedAt.Local().Format(time.DateTime), humanDuration(time.Since(st.RequestedAt).Round(time.Second)))
 	}
 }
 
+// lintResult is one file's verdict in `heed skill lint --json`.
+type lintResult struct {
+	File   string   `json:"file"`
+	OK     bool     `json:"ok"`
+	Skill  string   `json:"skill,omitempty"`
+	Steps  int      `json:"steps,omitempty"`
+	Errors []string `json:"errors,omitempty"`
+}
+
 func newSkillCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "skill", Short: "Work with skill files"}
+	cmd := &cobra.Command{Use: "skill", Short: "Work with skill files", Args: cobra.NoArgs,
+		Example: `  heed skill lint --tools skills/tools.yaml skills/release_prod.yaml skills/scale_down.yaml`}
 	var toolsFile string
+	var asJSON bool
 	lint := &cobra.Command{
 		Use:   "lint FILE...",
 		Short: "Check skills: every error with file:line, before anything runs",
@@ -370,7 +511,11 @@ are checked against --tools FILE, else against the tools of the running heed
 (its runner's, as heed up --tools loaded them); with neither, lint says that
 tools were not checked. Exit status 2 when a skill has an error or uses an
 unknown tool.`,
-		Args: cobra.MinimumNArgs(1),
+		Example: `  heed skill lint skills/release_prod.yaml
+  heed skill lint --tools skills/tools.yaml skills/release_prod.yaml skills/scale_down.yaml
+  heed skill lint --json skills/branch_cleanup.yaml skills/release_prod.yaml | jq '.[] | select(.ok | not)'`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeSkillFiles(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			known, where, err := lintTools(cmd.Context(), g, toolsFile)
 			if err != nil {
@@ -380,34 +525,48 @@ unknown tool.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "heed: tool names not checked: %s (heed skill lint --tools FILE checks them)\n", where)
 			}
 			out := cmd.OutOrStdout()
-			bad := 0
+			pal := g.palette(cmd)
+			results := []lintResult{}
 			for _, f := range args {
+				res := lintResult{File: f}
+				results = append(results, res)
+				last := &results[len(results)-1]
 				src, err := readFile(f)
 				if err != nil {
-					fmt.Fprintf(out, "%s: %v\n", f, err)
-					bad++
+					last.Errors = []string{fmt.Sprintf("%s: %v", f, err)}
 					continue
 				}
 				sk, err := skill.Load(f, src)
 				if err != nil {
-					fmt.Fprintln(out, err)
-					bad++
+					last.Errors = strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
 					continue
 				}
+				last.Skill, last.Steps = sk.Name, len(sk.Steps)
 				if known != nil {
-					var missing []string
 					for _, st := range sk.Steps {
 						if st.Kind == skill.KindTool && !slices.Contains(known, st.Tool) {
-							missing = append(missing, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)%s", st.Pos, st.Name, st.Tool, where, textutil.Hint(st.Tool, known)))
+							last.Errors = append(last.Errors, fmt.Sprintf("%s: step %q: unknown tool %q (not in %s)%s", st.Pos, st.Name, st.Tool, where, textutil.Hint(st.Tool, known)))
 						}
 					}
-					if len(missing) > 0 {
-						fmt.Fprintln(out, strings.Join(missing, "\n"))
-						bad++
+				}
+				last.OK = len(last.Errors) == 0
+			}
+			bad := 0
+			for _, r := range results {
+				if !r.OK {
+					bad++
+				}
+			}
+			if asJSON {
+				printJSON(out, results)
+			} else {
+				for _, r := range results {
+					if r.OK {
+						fmt.Fprintf(out, "%s: %s (skill %s, %d steps)\n", r.File, pal.green("ok"), r.Skill, r.Steps)
 						continue
 					}
+					fmt.Fprintln(out, strings.Join(r.Errors, "\n"))
 				}
-				fmt.Fprintf(out, "%s: ok (skill %s, %d steps)\n", f, sk.Name, len(sk.Steps))
 			}
 			if bad > 0 {
 				return &exitError{status: exitUsage}
@@ -416,6 +575,8 @@ unknown tool.`,
 		},
 	}
 	lint.Flags().StringVar(&toolsFile, "tools", "", "check tool names against this tools file (default: the running heed's)")
+	lint.Flags().BoolVar(&asJSON, "json", false, "print one verdict per file as JSON")
+	_ = lint.RegisterFlagCompletionFunc("tools", completeYAML)
 	cmd.AddCommand(lint)
 	return cmd
 }
@@ -456,5 +617,3 @@ func lintTools(ctx context.Context, g *globals, toolsFile string) (known []strin
 	}
 	return check.Tools, where, nil
 }
-
-var _ = jetstream.DeliverAllPolicy

@@ -58,7 +58,7 @@ func summarize(ev *events.Event) string {
 		add("", s("step"))
 		add("#", s("attempt"))
 		add("→ ", truncate(s("output"), 100))
-		add("in ms ", s("duration_ms"))
+		add("in ", msDuration(d["duration_ms"]))
 	case events.RunStepFailed:
 		add("", s("step"))
 		add("#", s("attempt"))

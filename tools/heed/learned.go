@@ -14,12 +14,17 @@ import (
 )
 
 func newFixesCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "fixes", Short: "Show, teach and revoke learned fixes"}
+	cmd := &cobra.Command{Use: "fixes", Short: "Show, teach and revoke learned fixes", Args: cobra.NoArgs,
+		Example: `  heed fixes list
+  heed fixes learn --tool quay_check --pattern "manifest unknown" --set 'tag={{ args.tag + "-full" }}' --description "use the full tag"
+  heed fixes forget fix-2b1e7331eb77d7800a3b`}
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List learned fixes with their confidence",
-		Args:  cobra.NoArgs,
+		Example: `  heed fixes list
+  heed fixes list --json | jq '.[] | select(.confidence < 0.5) | .id'`,
+		Args: cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			fixes, err := c.Fixes(cmd.Context())
 			if err != nil {
@@ -27,6 +32,9 @@ func newFixesCmd(g *globals) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
+				if fixes == nil {
+					fixes = []readmodel.Fix{}
+				}
 				printJSON(out, fixes)
 				return nil
 			}
@@ -34,20 +42,30 @@ func newFixesCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(out, "(no learned fixes)")
 				return nil
 			}
-			fmt.Fprintf(out, "%-26s %-18s %-36s %-6s %-6s %s\n", "KEY", "TOOL", "ERROR", "CONF", "HEALED", "FIX")
+			pal := g.palette(cmd)
+			t := newTable(out)
+			t.row(pal.bold("KEY"), pal.bold("TOOL"), pal.bold("ERROR"), pal.bold("CONF"), pal.bold("HEALED"), pal.bold("FIX"))
 			for _, f := range fixes {
 				pattern := f.ErrorPattern
 				if f.Match != "" {
 					pattern = "contains " + f.Match
 				}
-				fmt.Fprintf(out, "%-26s %-18s %-36s %-6.2f %-6d %s (%s %s)\n", f.ID, truncate(f.Tool, 18), truncate(pattern, 36), f.Confidence, f.Healed, f.Description, f.Source, f.By)
+				conf := fmt.Sprintf("%.2f", f.Confidence)
+				if f.Usable() {
+					conf = pal.green(conf)
+				} else {
+					conf = pal.red(conf)
+				}
+				t.row(f.ID, truncate(f.Tool, 24), truncate(pattern, 40), conf, fmt.Sprint(f.Healed), fmt.Sprintf("%s (%s %s)", f.Description, f.Source, f.By))
 			}
+			t.Flush()
 			return nil
 		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 
 	var toolName, pattern, description, rootCause, actionTool string
+	var learnJSON bool
 	var sets, actionArgs []string
 	learn := &cobra.Command{
 		Use:   "learn --tool TOOL --pattern TEXT --description WHAT [--set arg=value]... [--action-tool T --action-arg k=v...]",
@@ -57,6 +75,11 @@ func newFixesCmd(g *globals) *cobra.Command {
 step with the --set args changed. Values may be templates over the failed
 call: --set 'tag={{ args.tag + "-full" }}' ({{ error }} is the error text).
 A taught fix starts at confidence 0.9 and beats the generic patterns.`,
+		Example: `  heed fixes learn --tool quay_check --pattern "manifest unknown" \
+    --set 'tag={{ args.tag + "-full" }}' --description "use the full image tag"
+  heed fixes learn --tool kube_scale --pattern "Unauthorized" \
+    --action-tool kube_login --action-arg cluster=stage \
+    --description "log in to the cluster, then scale again"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var missing []string
@@ -99,10 +122,15 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 			if err != nil {
 				return err
 			}
+			if learnJSON {
+				printJSON(cmd.OutOrStdout(), reply)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "learned %s: %s failing with %q → %s\n", reply.ID, toolName, pattern, description)
 			return nil
 		},
 	}
+	learn.Flags().BoolVar(&learnJSON, "json", false, "print the learned fix as JSON")
 	learn.Flags().StringVar(&toolName, "tool", "", "the tool that fails")
 	learn.Flags().StringVar(&pattern, "pattern", "", "text the error contains")
 	learn.Flags().StringVar(&description, "description", "", "what the fix does")
@@ -112,10 +140,13 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 	learn.Flags().StringArrayVar(&actionArgs, "action-arg", nil, "an arg of the action tool as key=value (repeatable)")
 
 	var reason string
+	var forgetJSON bool
 	forget := &cobra.Command{
-		Use:   "forget KEY",
-		Short: "Revoke a learned fix",
-		Args:  cobra.ExactArgs(1),
+		Use:               "forget KEY",
+		Short:             "Revoke a learned fix",
+		Example:           `  heed fixes forget fix-2b1e7331eb77d7800a3b --reason "the registry was fixed"`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeFixes(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !events.ValidID(args[0]) {
 				return badInput("%q is not a fix key (heed fixes list shows them)", args[0])
@@ -128,11 +159,19 @@ A taught fix starts at confidence 0.9 and beats the generic patterns.`,
 			if _, err := c.ForgetFix(cmd.Context(), command.ForgetFix{ID: args[0], Reason: reason, By: whoami()}); err != nil {
 				return err
 			}
+			if forgetJSON {
+				printJSON(cmd.OutOrStdout(), struct {
+					ID string `json:"id"`
+					events.FixForgottenData
+				}{args[0], events.FixForgottenData{By: whoami(), Reason: reason}})
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
 			return nil
 		},
 	}
 	forget.Flags().StringVar(&reason, "reason", "", "why")
+	forget.Flags().BoolVar(&forgetJSON, "json", false, "JSON output")
 	cmd.AddCommand(list, learn, forget)
 	return cmd
 }
@@ -160,7 +199,9 @@ func newStatsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Auto-heal rate, failures by type, fixes learned, patterns active, decisions, and the trend",
-		Args:  cobra.NoArgs,
+		Example: `  heed stats
+  heed stats --json | jq .auto_heal_rate`,
+		Args: cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			var rep statsReport
 			ctx := cmd.Context()
@@ -210,9 +251,11 @@ func newStatsCmd(g *globals) *cobra.Command {
 				}
 				sort.Strings(kinds)
 				fmt.Fprintln(out, "failures by type:")
+				t := newTable(out)
 				for _, k := range kinds {
-					fmt.Fprintf(out, "  %-12s %5d\n", k, rep.ByType[k])
+					t.row("", k, fmt.Sprintf("%5d", rep.ByType[k]))
 				}
+				t.Flush()
 			}
 			if days := st.SortedDays(); len(days) > 0 {
 				fmt.Fprintln(out, "trend (per day):")
@@ -229,10 +272,13 @@ func newStatsCmd(g *globals) *cobra.Command {
 				}
 			}
 			if len(rep.Decisions) > 0 {
-				fmt.Fprintln(out, "decisions (operation / scope: count, success rate, auto-approve candidate):")
+				fmt.Fprintln(out, "decisions:")
+				t := newTable(out)
+				t.row("", "OPERATION", "SCOPE", "COUNT", "SUCCESS", "AUTO-APPROVE CANDIDATE")
 				for _, d := range rep.Decisions {
-					fmt.Fprintf(out, "  %-40s %-12s %4d  %5.1f%%  %v\n", truncate(d.Operation, 40), d.Scope, d.Count, d.SuccessRate*100, d.Candidate)
+					t.row("", truncate(d.Operation, 48), d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), fmt.Sprint(d.Candidate))
 				}
+				t.Flush()
 			}
 			return nil
 		}),

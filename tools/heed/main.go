@@ -68,18 +68,19 @@ func main() {
 	err := root.ExecuteContext(ctx)
 	interrupted := ctx.Err() != nil
 	stop()
-	os.Exit(report(os.Stderr, err, interrupted))
+	noColor, _ := root.PersistentFlags().GetBool("no-color")
+	os.Exit(report(os.Stderr, err, interrupted, paletteFor(os.Stderr, noColor).red("heed:")))
 }
 
 // report prints err in heed's one shape and returns the exit status.
-func report(w io.Writer, err error, interrupted bool) int {
+func report(w io.Writer, err error, interrupted bool, prefix string) int {
 	if err == nil {
 		return exitOK
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintf(w, "heed: %s\n", ee.Error())
+			fmt.Fprintf(w, "%s %s\n", prefix, ee.Error())
 		}
 		if ee.usage != "" {
 			fmt.Fprintf(w, "Run '%s --help' for usage.\n", ee.usage)
@@ -87,11 +88,11 @@ func report(w io.Writer, err error, interrupted bool) int {
 		return ee.status
 	}
 	if interrupted && (errors.Is(err, context.Canceled) || events.CodeOf(err) == events.CodeUnavailable) {
-		fmt.Fprintln(w, "heed: interrupted")
+		fmt.Fprintln(w, prefix, "interrupted")
 		return exitInterrupted
 	}
 	code := events.CodeOf(err)
-	fmt.Fprintf(w, "heed: %s: %s\n", code, events.Message(err))
+	fmt.Fprintf(w, "%s %s: %s\n", prefix, code, events.Message(err))
 	if interrupted {
 		return exitInterrupted
 	}
@@ -110,6 +111,12 @@ func statusOf(code events.Code) int {
 
 type globals struct {
 	natsURL string
+	noColor bool
+}
+
+// palette is the colouring for cmd's standard output.
+func (g *globals) palette(cmd *cobra.Command) palette {
+	return paletteFor(cmd.OutOrStdout(), g.noColor)
 }
 
 func newRoot() *cobra.Command {
@@ -122,10 +129,20 @@ event-sourced runs that pause at confirm steps, ask the right party, heal
 failed steps and survive a crash of any process.
 
 ` + exitStatusHelp,
+		Example: `  heed up --data .heed --tools skills/tools.yaml
+  heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567
+  heed runs --status paused
+  heed confirm list
+  heed audit <run-id>`,
+		Version:       currentBuild().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().BoolP("version", "v", false, "print heed's version, commit and build date")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", "", "NATS URL (default $HEED_NATS_URL or nats://127.0.0.1:4222)")
+	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in the output (also: NO_COLOR set, or not a terminal)")
+	_ = root.RegisterFlagCompletionFunc("nats-url", cobra.NoFileCompletions)
 	root.AddCommand(
 		newUpCmd(g),
 		newEventsCmd(g),
@@ -142,6 +159,9 @@ failed steps and survive a crash of any process.
 		newPrefsCmd(g),
 		newFixesCmd(g),
 		newStatsCmd(g),
+		newPatternsCmd(g),
+		newVersionCmd(),
+		newDocsCmd(),
 	)
 	strictUsage(root)
 	return root

@@ -34,7 +34,7 @@ func TestReport(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if got := report(&b, c.err, c.interrupted); got != c.status {
+			if got := report(&b, c.err, c.interrupted, "heed:"); got != c.status {
 				t.Errorf("status %d, want %d", got, c.status)
 			}
 			if b.String() != c.out {

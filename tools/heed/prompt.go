@@ -37,7 +37,7 @@ const defaultPromptTimeout = 300 * time.Second
 // numbered options, a live countdown with a spinner, Enter for the default,
 // a digit for that option, 'a' to remember the choice, Ctrl-C to cancel.
 // An answer from any other channel (or the deadline) ends it too.
-func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File, out io.Writer) (promptResult, error) {
+func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File, out io.Writer, pal palette) (promptResult, error) {
 	start := time.Now()
 	if !term.IsTerminal(int(in.Fd())) {
 		return promptResult{}, errNoTerminal
@@ -69,13 +69,13 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File,
 	w := &crlf{w: out}
 	fmt.Fprintln(w)
 	if req.Title != "" {
-		fmt.Fprintf(w, "\033[1m%s\033[0m\n", req.Title)
+		fmt.Fprintf(w, "%s\n", pal.bold(req.Title))
 	}
 	fmt.Fprintln(w, strings.TrimRight(req.Message, "\n"))
 	for i, o := range req.Options {
 		mark := ""
 		if o.Value == def {
-			mark = " (default)"
+			mark = pal.dim(" (default)")
 		}
 		desc := ""
 		if o.Description != "" {

@@ -34,6 +34,9 @@ every bucket matches the log.
 
 --keep also writes each rebuild to <bucket>_replay and leaves it there for
 inspection; without it no scratch bucket remains.`,
+		Example: `  heed replay
+  heed replay --apply
+  heed replay --json | jq -c '{projection, bucket, missing, extra, different}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -21,7 +21,7 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	var inputs []string
-	var yes, detach bool
+	var yes, detach, asJSON bool
 	var agent string
 	cmd := &cobra.Command{
 		Use:   "run SKILL.yaml",
@@ -34,11 +34,20 @@ all with --yes. Without a terminal it prints the choices, the deadline and
 the exact 'heed confirm answer' line, and waits until the deadline (then the
 step's default applies).
 
+With --json the progress goes to standard error and, once the run ends, its
+state (as heed status RUN-ID --json prints it) to standard output; with
+--detach --json, the run id.
+
 Exit status: 0 completed; 3 the run ended without completing (failed,
 cancelled, or abandoned after the runner's idle time), with its state on the
 last line; 2 a bad skill or input (nothing started); 1 heed could not start
 or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
-		Args: cobra.ExactArgs(1),
+		Example: `  heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567
+  heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567 --yes
+  heed run skills/scale_down.yaml -i name=backend -i replicas=1 --detach
+  heed run skills/release_prod.yaml -i commit_sha=0123456789abcdef0123456789abcdef01234567 --yes --json | jq .status`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSkillFiles(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			src, err := readFile(args[0])
@@ -62,24 +71,44 @@ or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if asJSON {
+				if detach {
+					printJSON(out, reply)
+					return nil
+				}
+				// The progress is for people: standard error.
+				out = cmd.ErrOrStderr()
+			}
 			fmt.Fprintf(out, "run %s started (heed audit %s)\n", reply.RunID, reply.RunID)
 			if detach {
 				return nil
 			}
-			return follow(ctx, c, reply.RunID, out)
+			err = follow(ctx, c, reply.RunID, out, g.noColor)
+			if asJSON {
+				var ee *exitError
+				if err == nil || errors.As(err, &ee) && ee.status != exitInterrupted {
+					if r, rerr := c.Run(ctx, reply.RunID); rerr == nil {
+						printJSON(cmd.OutOrStdout(), r)
+					}
+				}
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringArrayVarP(&inputs, "input", "i", nil, "input as key=value (repeatable)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer every confirmation with proceed (override)")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the run id and return at once")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent that owns the run (answers ai_assist questions)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run's final state as JSON (progress on standard error)")
+	_ = cmd.RegisterFlagCompletionFunc("input", completeInputs)
+	_ = cmd.RegisterFlagCompletionFunc("agent", cobra.NoFileCompletions)
 	return cmd
 }
 
 // follow prints a run's events until it ends and returns its exit status.
-func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
+func follow(ctx context.Context, c *client, runID string, out io.Writer, noColor bool) error {
 	tty := isTerminal(out)
-	p := &progress{out: out, tty: tty}
+	p := &progress{out: out, tty: tty, pal: paletteFor(out, noColor)}
 	interactive := tty && term.IsTerminal(int(os.Stdin.Fd()))
 	defer p.clear()
 	stopSpin := p.spin()
@@ -104,9 +133,9 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer) error {
 					p.lock()
 					p.current = ""
 					p.clear()
-					res, err := prompt(ctx, c, st, os.Stdin, out)
+					res, err := prompt(ctx, c, st, os.Stdin, out, p.pal)
 					if err == nil {
-						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, res.Duration.Round(time.Millisecond))
+						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, humanDuration(res.Duration))
 						p.unlock()
 						return false, nil
 					}
@@ -179,6 +208,7 @@ func unlessAnsweredSoon(ctx context.Context, c *client, st *confirmation.State) 
 type progress struct {
 	out     io.Writer
 	tty     bool
+	pal     palette
 	current string
 	since   time.Time
 	waiting *confirmation.State // the open confirmation the run waits on
@@ -268,7 +298,7 @@ func (p *progress) spin() func() {
 			case <-t.C:
 				p.lock()
 				if p.current != "" {
-					fmt.Fprintf(p.out, "\r\033[K%s %s (%s)", spinnerFrames[i%len(spinnerFrames)], p.current, time.Since(p.since).Round(100*time.Millisecond))
+					fmt.Fprintf(p.out, "\r\033[K%s %s (%s)", spinnerFrames[i%len(spinnerFrames)], p.current, humanDuration(time.Since(p.since).Round(100*time.Millisecond)))
 				}
 				p.unlock()
 			}
@@ -316,7 +346,7 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 			}
 		}
 	case events.RunWarning:
-		p.line("⚠ %s: %s", str("step"), str("message"))
+		p.line("%s %s: %s", p.pal.paint(sgrYellow, "⚠"), str("step"), str("message"))
 	case events.HealTriggered:
 		cls := ""
 		if c, ok := d["classification"].(map[string]any); ok {
@@ -345,20 +375,24 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		}
 	case events.RunStepCompleted:
 		p.current = ""
-		p.line("✓ %s  %s", str("step"), truncate(oneLineJSON(d["output"]), 80))
+		took := ""
+		if ms := msDuration(d["duration_ms"]); ms != "" {
+			took = " " + p.pal.dim("("+ms+")")
+		}
+		p.line("%s %s%s  %s", p.pal.green("✓"), str("step"), took, truncate(oneLineJSON(d["output"]), 80))
 	case events.RunStepFailed:
 		p.current = ""
 		msg := ""
 		if e, ok := d["error"].(map[string]any); ok {
 			msg = fmt.Sprint(e["message"])
 		}
-		p.line("✗ %s (attempt %s): %s", str("step"), str("attempt"), truncate(firstLine(msg), 200))
+		p.line("%s %s (attempt %s): %s", p.pal.red("✗"), str("step"), str("attempt"), truncate(firstLine(msg), 200))
 	case events.RunStepSkipped:
 		p.line("- %s skipped: %s", str("step"), str("reason"))
 	case events.RunPaused:
 		p.current = ""
 		if str("reason") == events.PauseAwaitingConfirmation {
-			p.line("? %s: %s", str("step"), strings.TrimRight(str("message"), "\n"))
+			p.line("%s %s: %s", p.pal.paint(sgrYellow, "?"), str("step"), strings.TrimRight(str("message"), "\n"))
 		} else {
 			p.line("… paused: %s", str("reason"))
 		}
@@ -368,7 +402,7 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 	case events.RunCompleted:
 		p.current = ""
 		p.waiting = nil
-		p.line("run completed in %sms", str("duration_ms"))
+		p.line("run %s in %s", p.pal.status("completed"), msDuration(d["duration_ms"]))
 		if s := str("summary"); s != "" {
 			p.line("%s", strings.TrimRight(s, "\n"))
 		}
@@ -380,17 +414,17 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 		if e, ok := d["error"].(map[string]any); ok {
 			msg = fmt.Sprint(e["message"])
 		}
-		p.line("run failed at %s: %s", str("step"), msg)
+		p.line("run %s at %s: %s", p.pal.status("failed"), str("step"), msg)
 		return exitNotCompleted, true
 	case events.RunCancelled:
 		p.current = ""
 		p.waiting = nil
-		p.line("run cancelled by %s: %s", str("by"), str("reason"))
+		p.line("run %s by %s: %s", p.pal.status("cancelled"), str("by"), str("reason"))
 		return exitNotCompleted, true
 	case events.RunAbandoned:
 		p.current = ""
 		p.waiting = nil
-		p.line("run abandoned: %s", str("reason"))
+		p.line("run %s: %s", p.pal.status("abandoned"), str("reason"))
 		return exitNotCompleted, true
 	}
 	return 0, false

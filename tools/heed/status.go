@@ -28,7 +28,11 @@ With a run id: where the run stands: its status, each step's state and
 attempt, what healing decided about a failed attempt, and what the run waits
 for. The state is folded from the run's events in the log, exactly as the
 runner and the healer fold it (lib/runstate). --json prints the folded state.`,
-		Args: cobra.RangeArgs(0, 1),
+		Example: `  heed status
+  heed status 01kmz3h7q8r2v5x9c4d6e8f0gt
+  heed status 01kmz3h7q8r2v5x9c4d6e8f0gt --json | jq '.steps[] | {name, status}'`,
+		Args:              cobra.RangeArgs(0, 1),
+		ValidArgsFunction: g.completeRuns("running", "paused", "failed"),
 		PreRunE: func(*cobra.Command, []string) error {
 			if timeout <= 0 {
 				return badInput("--timeout %s: use a positive duration (e.g. 2s)", timeout)
@@ -37,7 +41,7 @@ runner and the healer fold it (lib/runstate). --json prints the folded state.`,
 		},
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client) error {
 			if len(args) == 0 {
-				return printServices(cmd.OutOrStdout(), c.Health(cmd.Context(), timeout), asJSON)
+				return printServices(cmd.OutOrStdout(), g.palette(cmd), c.Health(cmd.Context(), timeout), asJSON)
 			}
 			r, err := c.Run(cmd.Context(), args[0])
 			if err != nil {
@@ -48,7 +52,7 @@ runner and the healer fold it (lib/runstate). --json prints the folded state.`,
 				printJSON(out, r)
 				return nil
 			}
-			printRunState(out, r)
+			printRunState(out, g.palette(cmd), r)
 			return nil
 		}),
 	}
@@ -59,7 +63,7 @@ runner and the healer fold it (lib/runstate). --json prints the folded state.`,
 
 // printServices prints every service's health; it returns an exit status
 // 1 when any is degraded or missing.
-func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) error {
+func printServices(out io.Writer, pal palette, hs []heedclient.ServiceHealth, asJSON bool) error {
 	bad := 0
 	for _, h := range hs {
 		if h.Status != service.StatusOK {
@@ -69,25 +73,24 @@ func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) er
 	if asJSON {
 		printJSON(out, hs)
 	} else {
+		t := newTable(out)
+		t.row(pal.bold("SERVICE"), pal.bold("STATUS"), pal.bold("CONSUMERS"), pal.bold("LAG"), pal.bold("DETAIL"))
 		for _, h := range hs {
-			line := fmt.Sprintf("%-16s %s", h.Name, strings.ToUpper(h.Status))
+			consumers, lag, detail := "", "", ""
 			if h.Health != nil {
-				lag := uint64(0)
+				n := uint64(0)
 				for _, c := range h.Health.Consumers {
-					lag += c.Lag
+					n += c.Lag
 				}
-				line += fmt.Sprintf("  %d consumers, lag %d", len(h.Health.Consumers), lag)
+				consumers, lag = fmt.Sprint(len(h.Health.Consumers)), fmt.Sprint(n)
+				detail = strings.Join(h.Health.Reasons, "; ")
 			}
-			fmt.Fprintln(out, line)
 			if h.Error != "" {
-				fmt.Fprintf(out, "  %s\n", h.Error)
+				detail = strings.TrimPrefix(strings.Join([]string{detail, h.Error}, "; "), "; ")
 			}
-			if h.Health != nil {
-				for _, r := range h.Health.Reasons {
-					fmt.Fprintf(out, "  %s\n", r)
-				}
-			}
+			t.row(h.Name, pal.status(strings.ToUpper(h.Status)), consumers, lag, detail)
 		}
+		t.Flush()
 	}
 	if bad > 0 {
 		return &exitError{status: exitFailure, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
@@ -95,7 +98,7 @@ func printServices(out io.Writer, hs []heedclient.ServiceHealth, asJSON bool) er
 	return nil
 }
 
-func printRunState(out io.Writer, r *runstate.Run) {
+func printRunState(out io.Writer, pal palette, r *runstate.Run) {
 	driver := r.Driver
 	if driver == "" {
 		driver = "agent"
@@ -104,7 +107,7 @@ func printRunState(out io.Writer, r *runstate.Run) {
 	if r.SkillName != "" {
 		fmt.Fprintf(out, "skill %s  ", r.SkillName)
 	}
-	fmt.Fprintf(out, "%s  (driven by %s", strings.ToUpper(r.Status), driver)
+	fmt.Fprintf(out, "%s  (driven by %s", pal.status(strings.ToUpper(r.Status)), driver)
 	if r.Agent != "" {
 		fmt.Fprintf(out, ", agent %s", r.Agent)
 	}
@@ -124,7 +127,7 @@ func printRunState(out io.Writer, r *runstate.Run) {
 		if status == runstate.StepPending {
 			status = "pending"
 		}
-		line := fmt.Sprintf("  %-24s %-10s", truncate(name, 24), status)
+		line := fmt.Sprintf("  %-24s %s%s", truncate(name, 24), pal.status(status), strings.Repeat(" ", max(0, 10-len(status))))
 		if s.Attempt > 1 {
 			line += fmt.Sprintf(" attempt %d", s.Attempt)
 		}

@@ -12,13 +12,20 @@ import (
 )
 
 func newEventsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "events", Short: "Watch the event log"}
+	cmd := &cobra.Command{Use: "events", Short: "Watch the event log", Args: cobra.NoArgs,
+		Example: `  heed events tail 'heed.run.*.step.failed'`}
 	var asJSON, all bool
 	var since time.Duration
 	tail := &cobra.Command{
 		Use:   "tail [SUBJECT-FILTER]",
 		Short: "Print events as they enter the log (e.g. 'heed.run.*.step.failed'; 'heed.dlq.>' for dead letters)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  heed events tail
+  heed events tail --all 'heed.run.01kmz3h7q8r2v5x9c4d6e8f0gt.>'
+  heed events tail --since 10m 'heed.run.*.step.failed'
+  heed events tail 'heed.dlq.>'             # dead letters, with their reason
+  heed events tail --json | jq -r .type`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeChoices("heed.run.>", "heed.confirm.>", "heed.heal.>", "heed.pref.>", "heed.fix.>", "heed.run.*.step.failed", "heed.dlq.>"),
 		PreRunE: func(_ *cobra.Command, args []string) error {
 			if since < 0 {
 				return badInput("--since %s: use a positive duration (e.g. 10m)", since)

@@ -93,6 +93,10 @@ second heed up on the same directory exits at once (status 2) naming the
 first (its pid and where it listens). A port already taken (--nats-listen,
 --nats-monitor, --metrics-listen) fails at once too (status 2).
 SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
+		Example: `  heed up --data .heed --tools skills/tools.yaml
+  heed up --data .heed --nats-listen 127.0.0.1:4333 --tools skills/tools.yaml --rules rules.yaml
+  heed up --nats-url nats://nats.internal:4222 --replicas 3 --tools skills/tools.yaml
+  heed up --metrics-listen 127.0.0.1:9090 --log-level debug`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := service.ParseLogLevel(logLevel); err != nil {
@@ -115,12 +119,17 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data", defaultDataDir(), "JetStream data directory for the embedded server ($HEED_DATA)")
+	_ = cmd.MarkFlagDirname("data")
 	cmd.Flags().StringVar(&listen, "nats-listen", "127.0.0.1:4222", "host:port the embedded server listens on")
 	cmd.Flags().StringVar(&natsConfig, "nats-config", "", "nats-server config file for the embedded server")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
+	for _, f := range []string{"tools", "rules", "healer-config"} {
+		_ = cmd.RegisterFlagCompletionFunc(f, completeYAML)
+	}
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
 	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
