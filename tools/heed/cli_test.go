@@ -227,7 +227,7 @@ func TestJSONOnEveryDataCommand(t *testing.T) {
 	})
 
 	// A run that fails, then a retry of its failed step.
-	failed := jsonOf(1, "run", fail, "--json")[0]
+	failed := jsonOf(3, "run", fail, "--json")[0]
 	if field(failed, "status") != "failed" {
 		t.Errorf("run --json of a failing skill: %v", failed)
 	}
