@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: tmux for the terminal tests,
 # Node.js and the JavaScript agent's npm packages for the outside-client
-# test. Safe to run repeatedly; does nothing when everything is present.
+# test, and the nats CLI for the doc test (the docs show nats commands).
+# Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 need=()
@@ -21,4 +22,10 @@ agent=examples/agent-js
 if [ ! -d "$agent/node_modules/@nats-io/transport-node" ] || [ "$agent/package-lock.json" -nt "$agent/node_modules/.package-lock.json" ]; then
   echo "installing the JavaScript agent's packages (npm ci)"
   npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error
+fi
+# The doc test (tools/heed, TestDocsCommands) runs the nats commands the
+# docs show; the nats CLI comes through the Go module proxy.
+if ! command -v nats >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/nats" ]; then
+  echo "installing the nats CLI (go install github.com/nats-io/natscli/nats@v0.5.1)"
+  go install github.com/nats-io/natscli/nats@v0.5.1
 fi

@@ -1,0 +1,321 @@
+package main
+
+// The docs are tested: every shell command shown in README.md, BENCHMARKS.md
+// and docs/*.md runs against a real `heed up`, and the output the docs show
+// is checked (tools/internal/doctest says how a document marks what it
+// shows). A command block that cannot run in a test says so in the
+// Markdown, with the reason, and is counted here.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/tools/internal/doctest"
+)
+
+// repoRoot is the repository, seen from tools/heed.
+const repoRoot = "../.."
+
+// docFiles lists the documents in the order a reader meets them: the
+// README first (its run is the one later examples name), then docs/ and
+// BENCHMARKS.md.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	return append(append([]string{filepath.Join(repoRoot, "README.md")}, files...), filepath.Join(repoRoot, "BENCHMARKS.md"))
+}
+
+// parseDocs parses every document; a block that breaks the rules fails
+// the test.
+func parseDocs(t *testing.T) []doctest.Block {
+	t.Helper()
+	var all []doctest.Block
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		blocks, err := doctest.Parse(rel, src)
+		if err != nil {
+			t.Errorf("%v", err)
+		}
+		all = append(all, blocks...)
+	}
+	return all
+}
+
+// TestDocsBlocksAreMarked: every fenced block has a language, and every
+// command block is run, checked as a synopsis, or skipped with a reason.
+// It needs no server, so it also runs where the nats CLI is missing.
+func TestDocsBlocksAreMarked(t *testing.T) {
+	blocks := parseDocs(t)
+	count := map[doctest.Kind]int{}
+	for _, b := range blocks {
+		count[b.Kind]++
+		if b.Kind == doctest.Skip {
+			t.Logf("skipped: %s:%d (%s)", b.File, b.Line, b.Reason)
+		}
+	}
+	t.Logf("%d blocks: %d run, %d synopses checked, %d skipped with a reason, %d not commands",
+		len(blocks), count[doctest.Run], count[doctest.Usage], count[doctest.Skip], count[doctest.Other])
+	if count[doctest.Run] == 0 {
+		t.Error("no command block is run")
+	}
+}
+
+// TestDocsUsage: every line of a synopsis block (<!-- doc-test: usage -->)
+// names a heed command that exists, with flags it has.
+func TestDocsUsage(t *testing.T) {
+	flagRE := regexp.MustCompile(`(?:^|[\s\[|])(--?[a-z][a-z-]*)`)
+	for _, b := range parseDocs(t) {
+		if b.Kind != doctest.Usage {
+			continue
+		}
+		for _, c := range b.Commands {
+			words := strings.Fields(c.Text)
+			if len(words) < 2 || words[0] != "heed" {
+				t.Errorf("%s: a synopsis line that is not a heed command", c)
+				continue
+			}
+			// The command path: the words before the first argument
+			// (upper case, a flag or a bracket).
+			path := []string{}
+			for _, w := range words[1:] {
+				if strings.ToLower(w) != w || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
+					break
+				}
+				path = append(path, w)
+			}
+			out, err := exec.Command(heedBin, append(path, "--help")...).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: heed %s --help: %v\n%s", c, strings.Join(path, " "), err, out)
+				continue
+			}
+			if !strings.Contains(string(out), "heed "+strings.Join(path, " ")) {
+				t.Errorf("%s: heed %s is not a command:\n%s", c, strings.Join(path, " "), out)
+				continue
+			}
+			for _, m := range flagRE.FindAllStringSubmatch(c.Text, -1) {
+				f := m[1]
+				if !regexp.MustCompile(`(^|[\s,])` + regexp.QuoteMeta(f) + `\b`).Match(out) {
+					t.Errorf("%s: heed %s has no flag %s", c, strings.Join(path, " "), f)
+				}
+			}
+		}
+	}
+}
+
+// TestDocsCommands runs every command block of the docs, in order, in one
+// shell, against a `heed up` started as README.md says (data in .heed,
+// the example tools), on a free port, with HEED_NATS_URL set and a nats
+// context selected as docs/OPERATIONS.md says. The shell's working
+// directory has bin/heed and skills/ as in a clone after `make build`.
+func TestDocsCommands(t *testing.T) {
+	if testing.Short() {
+		// A minute of documented commands; make test-fast skips it like
+		// the other long end-to-end tests.
+		t.Skip("the doc test runs every documented command against heed up (about a minute); make test runs it")
+	}
+	blocks := parseDocs(t)
+	if t.Failed() {
+		t.FailNow()
+	}
+	natsCLI, err := exec.LookPath("nats")
+	if err != nil {
+		if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil && fileExists(filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nats")) {
+			natsCLI = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nats")
+		} else {
+			t.Skip("the nats CLI is not installed: the docs show nats commands (tools/ci/deps.sh installs it; make test runs this)")
+		}
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+
+	work := t.TempDir()
+	bin := filepath.Join(work, "bin")
+	skills, _ := filepath.Abs(filepath.Join(repoRoot, "skills"))
+	for _, err := range []error{
+		os.Mkdir(bin, 0o755),
+		os.Mkdir(filepath.Join(work, "home"), 0o755),
+		os.Symlink(heedBin, filepath.Join(bin, "heed")),
+		os.Symlink(natsCLI, filepath.Join(bin, "nats")),
+		os.Symlink(skills, filepath.Join(work, "skills")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	up := startProcIn(t, work, "heed up", "up", "--data", ".heed", "--nats-listen", addr, "--tools", "skills/tools.yaml")
+	up.waitOutput("ready", 30*time.Second)
+
+	var cmds []doctest.Command
+	for _, b := range blocks {
+		if b.Kind == doctest.Run {
+			cmds = append(cmds, b.Commands...)
+		}
+	}
+	out := filepath.Join(work, "doctest")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := doctest.Script(cmds, doctest.Hooks{
+		Rewrite: func(s string) string {
+			return runIDVar(strings.ReplaceAll(s, "127.0.0.1:4222", addr))
+		},
+		// The reader's setup: a nats context for heed's server.
+		Prelude: "nats context save heed --server \"$HEED_NATS_URL\" --select >/dev/null || exit 1\n" +
+			// settle waits, as a reader would before typing the next
+			// command, until a detached run has stopped moving (paused
+			// at a question, or ended).
+			"__settle() { local i; for i in $(seq 100); do heed runs | grep \"^$DOCTEST_RUN_ID \" | grep -qvE ' (requested|running) ' && return; sleep 0.1; done; }\n",
+		// <run-id> in a later command is the run the last command that
+		// started one (heed run, heed.cmd.run.start) named first.
+		After: "case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
+			"case \"$__cmd\" in *'heed run '*--detach*) __settle;; esac",
+	})
+	scriptPath := filepath.Join(work, "docs.sh")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bash, scriptPath)
+	cmd.Dir = work
+	cmd.Env = append(childEnv(),
+		"HOME="+filepath.Join(work, "home"),
+		"XDG_CONFIG_HOME="+filepath.Join(work, "home", ".config"),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HEED_NATS_URL=nats://"+addr,
+		"HEED_USER=doc-reader",
+		"NO_COLOR=1",
+		"DOCTEST_DIR="+out,
+	)
+	// Its own process group, so background commands (nats sub &) end with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	start := time.Now()
+	scriptOut, err := cmd.CombinedOutput()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	t.Logf("%d documented commands in %s", len(cmds), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("the doc script: %v\n%s", err, scriptOut)
+	}
+	read := func(name string) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		return string(b), err == nil
+	}
+	if started, _ := read("started"); strings.TrimSpace(started) != "done" {
+		if i, err := strconv.Atoi(strings.TrimSpace(started)); err == nil && i < len(cmds) {
+			t.Errorf("%s: did not finish (the script was stopped after %s)", cmds[i], time.Since(start).Round(time.Second))
+		}
+	}
+	for i, c := range cmds {
+		rcs, ok := read(fmt.Sprintf("%d.rc", i))
+		if !ok {
+			break // reported above
+		}
+		stdout, _ := read(fmt.Sprintf("%d.out", i))
+		stderr, _ := read(fmt.Sprintf("%d.err", i))
+		rc, _ := strconv.Atoi(strings.TrimSpace(rcs))
+		if rc != c.Exit {
+			t.Errorf("%s\n  exit status %d, the docs say %d\n  stdout:\n%s\n  stderr:\n%s", c, rc, c.Exit, indent(stdout), indent(stderr))
+			continue
+		}
+		if c.Want != "" && !doctest.Match(c.Want, stdout) {
+			t.Errorf("%s\n  printed:\n%s\n  the docs show:\n%s\n  stderr:\n%s", c, indent(stdout), indent(c.Want), indent(stderr))
+		}
+	}
+}
+
+// runIDVar replaces the placeholder <run-id> with the shell variable
+// holding the run a documented command started; inside single quotes the
+// quotes are closed around it ('…'"${DOCTEST_RUN_ID}"'…').
+func runIDVar(s string) string {
+	var b strings.Builder
+	single, double := false, false
+	for i := 0; i < len(s); i++ {
+		if strings.HasPrefix(s[i:], "<run-id>") {
+			if single {
+				b.WriteString(`'"${DOCTEST_RUN_ID}"'`)
+			} else {
+				b.WriteString("${DOCTEST_RUN_ID}")
+			}
+			i += len("<run-id>") - 1
+			continue
+		}
+		switch s[i] {
+		case '\'':
+			if !double {
+				single = !single
+			}
+		case '"':
+			if !single {
+				double = !double
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return "    (nothing)"
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// startProcIn is startProc with a working directory.
+func startProcIn(t *testing.T, dir, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(heedBin, args...)
+	p.cmd.Dir = dir
+	p.cmd.Env = childEnv()
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-p.done:
+				p.checkCleanExit(syscall.SIGINT)
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+				t.Errorf("%s did not exit within 10s of SIGINT; killed", p.name)
+			}
+		}
+		if t.Failed() {
+			p.dump()
+		}
+	})
+	return p
+}

@@ -1,0 +1,354 @@
+// Package doctest extracts the shell commands shown in Markdown and writes
+// them as one bash script, so that a test can run every documented command
+// against a real heed and check what the docs say it prints.
+//
+// The rules a document follows:
+//
+//   - Every fenced block names its language. Blocks in sh, bash, shell or
+//     console are commands; any other language (yaml, json, text…) is not
+//     run. A block without a language is an error, so a new example is
+//     never left out of the test by accident.
+//   - A command block is run unless the line before its fence (blank lines
+//     aside) is a marker: <!-- doc-test: skip (why it cannot run in a
+//     test) --> leaves it out (the reason is required and reported);
+//     <!-- doc-test: usage --> marks a synopsis whose lines are checked
+//     against the command's --help instead of run.
+//   - In sh blocks every line is a command (a trailing \ continues it;
+//     lines starting with # are comments). A comment line starting with
+//     "# →" right after a command is the output it prints (lines "#   …"
+//     continue it). In console blocks, lines starting with "$ " are
+//     commands and the lines after one are its output (stdout and stderr).
+//   - Shown output is a pattern: "…" matches any text, runs of spaces match
+//     any run of spaces. An output that is not deterministic is shown with
+//     "…" in place of what varies.
+//   - A command's trailing comment may say "exit N": the exit status it
+//     must have; otherwise it must exit 0.
+package doctest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Kind of a fenced block.
+type Kind int
+
+const (
+	Other Kind = iota // not commands (yaml, text, …)
+	Run               // commands, run by the test
+	Skip              // commands, not run (Reason says why)
+	Usage             // a synopsis, checked against --help
+)
+
+// Block is one fenced block of a Markdown file.
+type Block struct {
+	File     string
+	Line     int // the line of the opening fence, from 1
+	Lang     string
+	Kind     Kind
+	Reason   string // why a Skip block is not run
+	Body     string
+	Commands []Command
+}
+
+// Command is one shell command of a block.
+type Command struct {
+	File string
+	Line int
+	Text string // the command as shown, continuation lines included
+	Exit int    // the exit status it must have
+	// Want is the output the docs show ("" when none is shown).
+	Want    string
+	Console bool // from a console block: Want is stdout and stderr together
+}
+
+func (c Command) String() string { return fmt.Sprintf("%s:%d: %s", c.File, c.Line, firstLine(c.Text)) }
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+var (
+	fenceRE  = regexp.MustCompile("^(\\s*)(```+|~~~+)\\s*([^\\s`]*)")
+	markerRE = regexp.MustCompile(`^<!--\s*doc-test:\s*(\S+)\s*(.*?)\s*-->\s*$`)
+	exitRE   = regexp.MustCompile(`\bexit (\d+)\b`)
+)
+
+var commandLangs = map[string]bool{"sh": true, "bash": true, "shell": true, "console": true}
+
+// Parse returns every fenced block of a Markdown file.
+func Parse(file string, src []byte) ([]Block, error) {
+	var (
+		blocks  []Block
+		errs    []string
+		marker  string // the last marker seen, until a non-blank line
+		mline   int
+		inBlock bool
+		fence   string
+		cur     Block
+		body    []string
+		lineNo  int
+	)
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lineNo++
+		line := sc.Text()
+		if inBlock {
+			if strings.HasPrefix(strings.TrimSpace(line), fence) && strings.Trim(strings.TrimSpace(line), fence[:1]) == "" {
+				cur.Body = strings.Join(body, "\n")
+				if err := cur.parseCommands(); err != nil {
+					errs = append(errs, err.Error())
+				}
+				blocks = append(blocks, cur)
+				inBlock, body = false, nil
+				continue
+			}
+			body = append(body, line)
+			continue
+		}
+		if m := fenceRE.FindStringSubmatch(line); m != nil {
+			inBlock, fence = true, m[2]
+			cur = Block{File: file, Line: lineNo, Lang: m[3]}
+			switch {
+			case cur.Lang == "":
+				errs = append(errs, fmt.Sprintf("%s:%d: a fenced block without a language: say sh (or console) for commands, text for output or diagrams", file, lineNo))
+			case !commandLangs[cur.Lang]:
+				cur.Kind = Other
+				if marker != "" {
+					errs = append(errs, fmt.Sprintf("%s:%d: a doc-test marker before a %s block, which is never run", file, mline, cur.Lang))
+				}
+			default:
+				cur.Kind = Run
+				if marker != "" {
+					mm := markerRE.FindStringSubmatch(marker)
+					switch mm[1] {
+					case "skip":
+						cur.Kind, cur.Reason = Skip, strings.TrimSuffix(strings.TrimPrefix(mm[2], "("), ")")
+						if cur.Reason == "" {
+							errs = append(errs, fmt.Sprintf("%s:%d: doc-test: skip needs a reason: <!-- doc-test: skip (why) -->", file, mline))
+						}
+					case "usage":
+						cur.Kind = Usage
+					default:
+						errs = append(errs, fmt.Sprintf("%s:%d: unknown doc-test marker %q (skip or usage)", file, mline, mm[1]))
+					}
+				}
+			}
+			marker = ""
+			continue
+		}
+		t := strings.TrimSpace(line)
+		switch {
+		case markerRE.MatchString(t):
+			marker, mline = t, lineNo
+		case strings.Contains(t, "doc-test"):
+			errs = append(errs, fmt.Sprintf("%s:%d: a doc-test marker must be one line: <!-- doc-test: skip (why) -->", file, lineNo))
+		case t != "":
+			if marker != "" {
+				errs = append(errs, fmt.Sprintf("%s:%d: a doc-test marker not followed by a fenced block", file, mline))
+			}
+			marker = ""
+		}
+	}
+	if inBlock {
+		errs = append(errs, fmt.Sprintf("%s:%d: a fenced block that never ends", file, cur.Line))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(errs) > 0 {
+		return blocks, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return blocks, nil
+}
+
+// parseCommands splits a command block into commands.
+func (b *Block) parseCommands() error {
+	if b.Kind == Other {
+		return nil
+	}
+	lines := strings.Split(b.Body, "\n")
+	console := b.Lang == "console"
+	var cmd *Command
+	var want []string
+	inWant := false
+	flush := func() {
+		if cmd != nil {
+			cmd.Want = strings.TrimSpace(strings.Join(want, "\n"))
+			b.Commands = append(b.Commands, *cmd)
+		}
+		cmd, want, inWant = nil, nil, false
+	}
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		n := b.Line + 1 + i
+		t := strings.TrimSpace(line)
+		if console {
+			if !strings.HasPrefix(line, "$ ") {
+				if cmd == nil && t != "" {
+					return fmt.Errorf("%s:%d: console block: output before any \"$ \" command", b.File, n)
+				}
+				want = append(want, line)
+				continue
+			}
+			flush()
+			text, end := joinContinued(lines, i, strings.TrimPrefix(line, "$ "))
+			cmd = &Command{File: b.File, Line: n, Text: text, Console: true, Exit: exitOf(text)}
+			i = end
+			continue
+		}
+		switch {
+		case t == "":
+			inWant = false
+		case strings.HasPrefix(t, "# →"):
+			if cmd == nil {
+				return fmt.Errorf("%s:%d: shown output before any command", b.File, n)
+			}
+			want = append(want, strings.TrimSpace(strings.TrimPrefix(t, "# →")))
+			inWant = true
+		case inWant && strings.HasPrefix(t, "#   "):
+			want = append(want, strings.TrimSpace(strings.TrimPrefix(t, "#")))
+		case strings.HasPrefix(t, "#"):
+			inWant = false
+		default:
+			flush()
+			text, end := joinContinued(lines, i, line)
+			cmd = &Command{File: b.File, Line: n, Text: text, Exit: exitOf(text)}
+			i = end
+		}
+	}
+	flush()
+	if len(b.Commands) == 0 {
+		return fmt.Errorf("%s:%d: a %s block with no command", b.File, b.Line, b.Lang)
+	}
+	return nil
+}
+
+// joinContinued returns the command starting at lines[i] (first its text
+// there) with every line a trailing backslash continues, and the index of
+// its last line.
+func joinContinued(lines []string, i int, first string) (string, int) {
+	text := first
+	for strings.HasSuffix(strings.TrimRight(text, " "), "\\") && i+1 < len(lines) {
+		i++
+		text += "\n" + lines[i]
+	}
+	return text, i
+}
+
+// exitOf reads "exit N" from a command's trailing comment.
+func exitOf(text string) int {
+	c := trailingComment(text)
+	if m := exitRE.FindStringSubmatch(c); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return 0
+}
+
+// trailingComment returns the text after the first # that starts a shell
+// comment (preceded by a blank, outside quotes) on the command's last line.
+func trailingComment(text string) string {
+	var single, double bool
+	last := text
+	if i := strings.LastIndexByte(text, '\n'); i >= 0 {
+		// Quotes do not span lines in the docs' commands.
+		last = text[i+1:]
+	}
+	for i := 0; i < len(last); i++ {
+		switch c := last[i]; {
+		case c == '\'' && !double:
+			single = !single
+		case c == '"' && !single:
+			double = !double
+		case c == '#' && !single && !double && (i == 0 || last[i-1] == ' ' || last[i-1] == '\t'):
+			return last[i+1:]
+		}
+	}
+	return ""
+}
+
+// Match reports whether got matches the shown output want: "…" matches any
+// text (newlines included), a run of blanks any run of blanks, and leading
+// and trailing blanks of every line and of the whole are ignored.
+func Match(want, got string) bool {
+	return Pattern(want).MatchString(normalise(got))
+}
+
+// Pattern is the regular expression Match uses for want.
+func Pattern(want string) *regexp.Regexp {
+	var b strings.Builder
+	b.WriteString(`(?s)\A`)
+	for i, part := range strings.Split(normalise(want), "…") {
+		if i > 0 {
+			b.WriteString(`.*?`)
+		}
+		q := regexp.QuoteMeta(part)
+		b.WriteString(regexp.MustCompile(`[ \t]+`).ReplaceAllString(q, `[ \t]+`))
+	}
+	b.WriteString(`\z`)
+	return regexp.MustCompile(b.String())
+}
+
+func normalise(s string) string {
+	lines := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
+
+// Hooks adapt a script to the test that runs it.
+type Hooks struct {
+	// Rewrite adapts a command (ports, placeholders) before it is written.
+	Rewrite func(string) string
+	// Prelude is shell code run before the first command.
+	Prelude string
+	// After is shell code run after each command, with $__out naming its
+	// stdout file, $__rc its exit status and $__cmd its text.
+	After string
+}
+
+// Script writes cmds as one bash script. Every command runs in the same
+// shell (variables and functions carry over, as for a reader typing them
+// in order) with stdin from /dev/null, its stdout, stderr and exit status
+// written to $DOCTEST_DIR/<i>.out, <i>.err and <i>.rc, and
+// $DOCTEST_DIR/started naming the command that runs now.
+func Script(cmds []Command, h Hooks) string {
+	var b strings.Builder
+	b.WriteString("#!/usr/bin/env bash\n# Written by tools/internal/doctest from the docs' command blocks.\n")
+	b.WriteString("__d=\"$DOCTEST_DIR\"\n")
+	b.WriteString(h.Prelude)
+	b.WriteString("\n")
+	for i, c := range cmds {
+		text := c.Text
+		if h.Rewrite != nil {
+			text = h.Rewrite(text)
+		}
+		fmt.Fprintf(&b, "\n# %s:%d\necho %d >\"$__d/started\"\n{ %s\n} >\"$__d/%d.out\" ", c.File, c.Line, i, text, i)
+		if c.Console {
+			b.WriteString("2>&1")
+		} else {
+			fmt.Fprintf(&b, "2>\"$__d/%d.err\"", i)
+		}
+		fmt.Fprintf(&b, " </dev/null\n__rc=$?\necho $__rc >\"$__d/%d.rc\"\n", i)
+		if h.After != "" {
+			fmt.Fprintf(&b, "__out=\"$__d/%d.out\"\n__cmd=%s\n%s\n", i, shellQuote(text), h.After)
+		}
+	}
+	b.WriteString("\necho done >\"$__d/started\"\nkill $(jobs -p) 2>/dev/null\nexit 0\n")
+	return b.String()
+}
+
+// shellQuote quotes s for bash.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
