@@ -79,46 +79,90 @@ func TestDocsBlocksAreMarked(t *testing.T) {
 	}
 }
 
-// TestDocsUsage: every line of a synopsis block (<!-- doc-test: usage -->)
-// names a heed command that exists, with flags it has.
+// TestDocsUsage: every heed command the docs name without running it —
+// the lines of a synopsis block (<!-- doc-test: usage -->) and the
+// commands in code spans of the prose, such as `heed replay --apply` —
+// names a command that exists, with flags it has and, where it lists a
+// flag's choices (--status a|b), choices the command offers.
 func TestDocsUsage(t *testing.T) {
-	flagRE := regexp.MustCompile(`(?:^|[\s\[|])(--?[a-z][a-z-]*)`)
+	var cmds []doctest.Command
 	for _, b := range parseDocs(t) {
-		if b.Kind != doctest.Usage {
-			continue
-		}
-		for _, c := range b.Commands {
-			words := strings.Fields(c.Text)
-			if len(words) < 2 || words[0] != "heed" {
-				t.Errorf("%s: a synopsis line that is not a heed command", c)
-				continue
-			}
-			// The command path: the words before the first argument
-			// (upper case, a flag or a bracket).
-			path := []string{}
-			for _, w := range words[1:] {
-				if strings.ToLower(w) != w || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
-					break
-				}
-				path = append(path, w)
-			}
-			out, err := exec.Command(heedBin, append(path, "--help")...).CombinedOutput()
-			if err != nil {
-				t.Errorf("%s: heed %s --help: %v\n%s", c, strings.Join(path, " "), err, out)
-				continue
-			}
-			if !strings.Contains(string(out), "heed "+strings.Join(path, " ")) {
-				t.Errorf("%s: heed %s is not a command:\n%s", c, strings.Join(path, " "), out)
-				continue
-			}
-			for _, m := range flagRE.FindAllStringSubmatch(c.Text, -1) {
-				f := m[1]
-				if !regexp.MustCompile(`(^|[\s,])` + regexp.QuoteMeta(f) + `\b`).Match(out) {
-					t.Errorf("%s: heed %s has no flag %s", c, strings.Join(path, " "), f)
-				}
-			}
+		if b.Kind == doctest.Usage {
+			cmds = append(cmds, b.Commands...)
 		}
 	}
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		cmds = append(cmds, doctest.Inline(rel, src)...)
+	}
+	helps := map[string]string{}
+	help := func(path []string) string {
+		key := strings.Join(path, " ")
+		if h, ok := helps[key]; ok {
+			return h
+		}
+		out, err := exec.Command(heedBin, append(append([]string{}, path...), "--help")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("heed %s --help: %v\n%s", key, err, out)
+		}
+		helps[key] = string(out)
+		return string(out)
+	}
+	flagRE := regexp.MustCompile(`(?:^|[\s\[|(])(--?[a-zA-Z][a-z-]*)(?:[ =]([a-z_]+(?:\|[a-z_]+)+))?`)
+	checked := 0
+	for _, c := range cmds {
+		words := strings.Fields(c.Text)
+		if len(words) == 0 || words[0] != "heed" {
+			t.Errorf("%s: not a heed command", c)
+			continue
+		}
+		// The command path: the words that name subcommands.
+		var path []string
+		for _, w := range words[1:] {
+			if !hasSubcommand(help(path), w) {
+				break
+			}
+			path = append(path, w)
+		}
+		h := help(path)
+		for _, m := range flagRE.FindAllStringSubmatch(c.Text, -1) {
+			flag := m[1]
+			if !regexp.MustCompile(`(^|[\s,])` + regexp.QuoteMeta(flag) + `\b`).MatchString(h) {
+				t.Errorf("%s: heed %s has no flag %s", c, strings.Join(path, " "), flag)
+				continue
+			}
+			for _, choice := range strings.Split(m[2], "|") {
+				if choice != "" && !strings.Contains(h, choice) {
+					t.Errorf("%s: heed %s %s does not offer %q", c, strings.Join(path, " "), flag, choice)
+				}
+			}
+		}
+		checked++
+	}
+	t.Logf("%d commands named in the docs checked against heed --help", checked)
+}
+
+// hasSubcommand reports whether a command's help lists name among its
+// available commands.
+func hasSubcommand(help, name string) bool {
+	i := strings.Index(help, "Available Commands:")
+	if i < 0 {
+		return false
+	}
+	for _, line := range strings.Split(help[i:], "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		if f[0] == name {
+			return true
+		}
+	}
+	return false
 }
 
 // TestDocsCommands runs every command block of the docs, in order, in one
@@ -127,11 +171,6 @@ func TestDocsUsage(t *testing.T) {
 // context selected as docs/OPERATIONS.md says. The shell's working
 // directory has bin/heed and skills/ as in a clone after `make build`.
 func TestDocsCommands(t *testing.T) {
-	if testing.Short() {
-		// A minute of documented commands; make test-fast skips it like
-		// the other long end-to-end tests.
-		t.Skip("the doc test runs every documented command against heed up (about a minute); make test runs it")
-	}
 	blocks := parseDocs(t)
 	if t.Failed() {
 		t.FailNow()

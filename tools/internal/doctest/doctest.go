@@ -352,3 +352,36 @@ func Script(cmds []Command, h Hooks) string {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+var inlineRE = regexp.MustCompile("`((?:bin/)?heed [^`]+)`")
+
+// Inline returns the heed commands shown in code spans of the prose
+// (outside fenced blocks), such as `heed replay --apply`: they cannot run
+// (they are fragments, with placeholders), but the commands and flags they
+// name must exist.
+func Inline(file string, src []byte) []Command {
+	// Blank out fenced blocks, keeping the newlines for line numbers.
+	lines := strings.Split(string(src), "\n")
+	fence := ""
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		switch {
+		case fence == "":
+			if m := fenceRE.FindStringSubmatch(l); m != nil {
+				fence, lines[i] = m[2], ""
+			}
+		default:
+			if strings.HasPrefix(t, fence) && strings.Trim(t, fence[:1]) == "" {
+				fence = ""
+			}
+			lines[i] = ""
+		}
+	}
+	text := strings.Join(lines, "\n")
+	var out []Command
+	for _, m := range inlineRE.FindAllStringSubmatchIndex(text, -1) {
+		span := strings.Join(strings.Fields(text[m[2]:m[3]]), " ")
+		out = append(out, Command{File: file, Line: 1 + strings.Count(text[:m[0]], "\n"), Text: strings.TrimPrefix(span, "bin/")})
+	}
+	return out
+}

@@ -119,3 +119,18 @@ func TestScript(t *testing.T) {
 		}
 	}
 }
+
+func TestInline(t *testing.T) {
+	src := "Run `heed replay\n--apply` or `bin/heed runs`.\n```sh\nx `heed no` y\n```\nNot `heedless` nor `nats ls`; `heed audit <run>`.\n"
+	got := Inline("x.md", []byte(src))
+	var texts []string
+	for _, c := range got {
+		texts = append(texts, c.Text)
+	}
+	if want := "heed replay --apply|heed runs|heed audit <run>"; strings.Join(texts, "|") != want {
+		t.Fatalf("Inline = %q, want %q", strings.Join(texts, "|"), want)
+	}
+	if got[0].Line != 1 || got[2].Line != 6 {
+		t.Errorf("lines %d, %d; want 1, 6", got[0].Line, got[2].Line)
+	}
+}
