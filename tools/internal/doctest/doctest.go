@@ -149,7 +149,7 @@ func Parse(file string, src []byte) ([]Block, error) {
 		switch {
 		case markerRE.MatchString(t):
 			marker, mline = t, lineNo
-		case strings.Contains(t, "doc-test"):
+		case strings.HasPrefix(t, "<!--") && strings.Contains(t, "doc-test"):
 			errs = append(errs, fmt.Sprintf("%s:%d: a doc-test marker must be one line: <!-- doc-test: skip (why) -->", file, lineNo))
 		case t != "":
 			if marker != "" {
