@@ -27,6 +27,9 @@ import (
 // repoRoot is the repository, seen from tools/heed.
 const repoRoot = "../.."
 
+// commandLimit is how long one documented command may run.
+const commandLimit = 30 * time.Second
+
 // docFiles lists the documents in the order a reader meets them: the
 // README first (its run is the one later examples name), then docs/ and
 // BENCHMARKS.md.
@@ -227,16 +230,19 @@ func TestDocsCommands(t *testing.T) {
 			// at a question, or ended).
 			"__settle() { local i; for i in $(seq 100); do heed runs | grep \"^$DOCTEST_RUN_ID \" | grep -qvE ' (requested|running) ' && return; sleep 0.1; done; }\n",
 		// <run-id> in a later command is the run the last command that
-		// started one (heed run, heed.cmd.run.start) named first.
-		After: "case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
-			"case \"$__cmd\" in *'heed run '*--detach*) __settle;; esac",
+		// started one (heed run, heed.cmd.run.start) named first; a heed
+		// run left in the background (&) is given the time to print it.
+		After: "case \"$__cmd\" in *'heed run '*'&'*) for i in $(seq 100); do grep -qE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" && break; sleep 0.1; done;; esac\n" +
+			"case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
+			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*) __settle;; esac",
+		Limit: commandLimit,
 	})
 	scriptPath := filepath.Join(work, "docs.sh")
 	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bash, scriptPath)
 	cmd.Dir = work
@@ -269,6 +275,10 @@ func TestDocsCommands(t *testing.T) {
 		}
 	}
 	for i, c := range cmds {
+		if _, ok := read(fmt.Sprintf("%d.timeout", i)); ok {
+			t.Errorf("%s\n  still running after %s, stopped: a command the docs show must end (mark a block that waits or follows with <!-- doc-test: skip (why) -->)", c, commandLimit)
+			continue
+		}
 		rcs, ok := read(fmt.Sprintf("%d.rc", i))
 		if !ok {
 			break // reported above

@@ -32,6 +32,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Kind of a fenced block.
@@ -315,6 +316,11 @@ type Hooks struct {
 	// After is shell code run after each command, with $__out naming its
 	// stdout file, $__rc its exit status and $__cmd its text.
 	After string
+	// Limit is how long one command may take (0: no limit): a command
+	// still running then is stopped (SIGTERM, with every other child of
+	// the shell) and $DOCTEST_DIR/<i>.timeout written, and the script goes
+	// on with the next command.
+	Limit time.Duration
 }
 
 // Script writes cmds as one bash script. Every command runs in the same
@@ -326,6 +332,11 @@ func Script(cmds []Command, h Hooks) string {
 	var b strings.Builder
 	b.WriteString("#!/usr/bin/env bash\n# Written by tools/internal/doctest from the docs' command blocks.\n")
 	b.WriteString("__d=\"$DOCTEST_DIR\"\n")
+	// The watchdog: a subshell that, after the limit, marks the command
+	// and stops the shell's other children (the command, and whatever it
+	// left in the background).
+	b.WriteString(`__watch() { local me=$$; ( sleep "$1"; echo timeout >"$__d/$2.timeout"; for p in $(pgrep -P "$me"); do [ "$p" != "$BASHPID" ] && kill "$p"; done ) >/dev/null 2>&1 & __wpid=$!; }` + "\n")
+	b.WriteString(`__unwatch() { kill "$__wpid" 2>/dev/null; wait "$__wpid" 2>/dev/null; }` + "\n")
 	b.WriteString(h.Prelude)
 	b.WriteString("\n")
 	for i, c := range cmds {
@@ -333,13 +344,21 @@ func Script(cmds []Command, h Hooks) string {
 		if h.Rewrite != nil {
 			text = h.Rewrite(text)
 		}
-		fmt.Fprintf(&b, "\n# %s:%d\necho %d >\"$__d/started\"\n{ %s\n} >\"$__d/%d.out\" ", c.File, c.Line, i, text, i)
+		fmt.Fprintf(&b, "\n# %s:%d\necho %d >\"$__d/started\"\n", c.File, c.Line, i)
+		if h.Limit > 0 {
+			fmt.Fprintf(&b, "__watch %d %d\n", int((h.Limit+time.Second-1)/time.Second), i)
+		}
+		fmt.Fprintf(&b, "{ %s\n} >\"$__d/%d.out\" ", text, i)
 		if c.Console {
 			b.WriteString("2>&1")
 		} else {
 			fmt.Fprintf(&b, "2>\"$__d/%d.err\"", i)
 		}
-		fmt.Fprintf(&b, " </dev/null\n__rc=$?\necho $__rc >\"$__d/%d.rc\"\n", i)
+		fmt.Fprintf(&b, " </dev/null\n__rc=$?\n")
+		if h.Limit > 0 {
+			b.WriteString("__unwatch\n")
+		}
+		fmt.Fprintf(&b, "echo $__rc >\"$__d/%d.rc\"\n", i)
 		if h.After != "" {
 			fmt.Fprintf(&b, "__out=\"$__d/%d.out\"\n__cmd=%s\n%s\n", i, shellQuote(text), h.After)
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const sample = "# Title\n\n" +
@@ -100,6 +101,7 @@ func TestScript(t *testing.T) {
 		Rewrite: func(s string) string { return strings.ReplaceAll(s, "<name>", "$X") },
 		Prelude: "seen() { echo \"$1\" >>\"$__d/seen\"; }",
 		After:   `case "$__cmd" in *world*) grep -q hello "$__out" && seen "$__rc";; esac`,
+		Limit:   30 * time.Second,
 	})
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Env = append(os.Environ(), "DOCTEST_DIR="+dir)
@@ -132,5 +134,36 @@ func TestInline(t *testing.T) {
 	}
 	if got[0].Line != 1 || got[2].Line != 6 {
 		t.Errorf("lines %d, %d; want 1, 6", got[0].Line, got[2].Line)
+	}
+}
+
+// TestScriptLimit: a command that hangs is stopped at the limit, marked,
+// and the next command runs.
+func TestScriptLimit(t *testing.T) {
+	if _, err := exec.LookPath("pgrep"); err != nil {
+		t.Skip("no pgrep")
+	}
+	blocks, err := Parse("x.md", []byte("```sh\nsleep 60\necho next\n```\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "-c", Script(blocks[0].Commands, Hooks{Limit: time.Second}))
+	cmd.Env = append(os.Environ(), "DOCTEST_DIR="+dir)
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %s", d)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "0.timeout")); err != nil {
+		t.Errorf("the hanging command is not marked: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "1.timeout")); err == nil {
+		t.Error("the quick command is marked")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "1.out")); strings.TrimSpace(string(b)) != "next" {
+		t.Errorf("the next command printed %q", b)
 	}
 }
