@@ -226,15 +226,19 @@ func TestDocsCommands(t *testing.T) {
 		// The reader's setup: a nats context for heed's server.
 		Prelude: "nats context save heed --server \"$HEED_NATS_URL\" --select >/dev/null || exit 1\n" +
 			// settle waits, as a reader would before typing the next
-			// command, until a detached run has stopped moving (paused
-			// at a question, or ended).
-			"__settle() { local i; for i in $(seq 100); do heed runs | grep \"^$DOCTEST_RUN_ID \" | grep -qvE ' (requested|running) ' && return; sleep 0.1; done; }\n",
+			// command, until a run that goes on without them (detached,
+			// in the background, retried, continued) has stopped moving:
+			// paused at a question, or ended.
+			// Stopped moving: its line in heed runs (status, step,
+			// events) is the same three times in a row, 150 ms apart.
+			"__settle() { local i line last='' same=0; for i in $(seq 100); do line=$(heed runs | grep \"^$DOCTEST_RUN_ID \"); " +
+			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! echo \"$line\" | grep -qE ' (requested|running) '; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n",
 		// <run-id> in a later command is the run the last command that
 		// started one (heed run, heed.cmd.run.start) named first; a heed
 		// run left in the background (&) is given the time to print it.
 		After: "case \"$__cmd\" in *'heed run '*'&'*) for i in $(seq 100); do grep -qE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" && break; sleep 0.1; done;; esac\n" +
 			"case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
-			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*) __settle;; esac",
+			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*) __settle;; esac",
 		Limit: commandLimit,
 	})
 	scriptPath := filepath.Join(work, "docs.sh")

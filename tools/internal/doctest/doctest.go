@@ -278,33 +278,56 @@ func trailingComment(text string) string {
 }
 
 // Match reports whether got matches the shown output want: "…" matches any
-// text (newlines included), a run of blanks any run of blanks, and leading
-// and trailing blanks of every line and of the whole are ignored.
+// text (newlines included), a run of blanks any run of blanks, leading and
+// trailing blanks of every line and of the whole are ignored, and what
+// differs from one run to the next is normalised on both sides (see
+// Normalise), so the docs may show a real run's ids, times and durations.
 func Match(want, got string) bool {
-	return Pattern(want).MatchString(normalise(got))
+	return Pattern(want).MatchString(Normalise(got))
 }
 
 // Pattern is the regular expression Match uses for want.
 func Pattern(want string) *regexp.Regexp {
 	var b strings.Builder
 	b.WriteString(`(?s)\A`)
-	for i, part := range strings.Split(normalise(want), "…") {
+	for i, part := range strings.Split(Normalise(want), "…") {
 		if i > 0 {
 			b.WriteString(`.*?`)
 		}
 		q := regexp.QuoteMeta(part)
-		b.WriteString(regexp.MustCompile(`[ \t]+`).ReplaceAllString(q, `[ \t]+`))
+		b.WriteString(blanksRE.ReplaceAllString(q, `[ \t]+`))
 	}
 	b.WriteString(`\z`)
 	return regexp.MustCompile(b.String())
 }
 
-func normalise(s string) string {
+var (
+	blanksRE = regexp.MustCompile(`[ \t]+`)
+	// What varies between runs: ids (ULIDs, as heed's run ids, and the
+	// MR numbers of the example tools), times and durations.
+	normalisers = []struct {
+		re   *regexp.Regexp
+		with string
+	}{
+		{regexp.MustCompile(`\b01[0-9a-hjkmnp-tv-z]{24}\b`), "<ULID>"},
+		{regexp.MustCompile(`\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?`), "<TIME>"},
+		{regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|us|ms|s|m|h)\b`), "<DURATION>"},
+		{regexp.MustCompile(`merge_requests/\d+`), "merge_requests/<N>"},
+	}
+)
+
+// Normalise trims every line and the whole, and replaces run ids, times,
+// durations and merge request numbers with placeholders.
+func Normalise(s string) string {
 	lines := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
 	for i, l := range lines {
 		lines[i] = strings.TrimSpace(l)
 	}
-	return strings.TrimSpace(strings.Join(lines, "\n"))
+	s = strings.TrimSpace(strings.Join(lines, "\n"))
+	for _, n := range normalisers {
+		s = n.re.ReplaceAllString(s, n.with)
+	}
+	return s
 }
 
 // Hooks adapt a script to the test that runs it.

@@ -79,6 +79,8 @@ func TestMatch(t *testing.T) {
 		{"a  b\nc …", "  a b\nc d\ne", true},
 		{"a", "a\nb", false},
 		{"x.y", "xzy", false},
+		{"run 01m84rhk63z7fw8y6f8rxvn1e9 started at 2026-11-23 17:51:30, in 103.696ms", "run 01m84rkwetzjtsxtm13sjvwf6q started at 2026-11-24 09:01:02, in 7.1s", true},
+		{"run 01m84rhk63z7fw8y6f8rxvn1e9 completed", "run 01m84rkwetzjtsxtm13sjvwf6q failed", false},
 	} {
 		if got := Match(c.want, c.got); got != c.ok {
 			t.Errorf("Match(%q, %q) = %v, want %v", c.want, c.got, got, c.ok)
