@@ -172,7 +172,8 @@ func hasSubcommand(help, name string) bool {
 // shell, against a `heed up` started as README.md says (data in .heed,
 // the example tools), on a free port, with HEED_NATS_URL set and a nats
 // context selected as docs/OPERATIONS.md says. The shell's working
-// directory has bin/heed and skills/ as in a clone after `make build`.
+// directory is like a clone after `make build`: bin/heed, skills/,
+// examples/ and deploy/ (the repository's own, read only by the docs).
 func TestDocsCommands(t *testing.T) {
 	blocks := parseDocs(t)
 	if t.Failed() {
@@ -193,13 +194,15 @@ func TestDocsCommands(t *testing.T) {
 
 	work := t.TempDir()
 	bin := filepath.Join(work, "bin")
-	skills, _ := filepath.Abs(filepath.Join(repoRoot, "skills"))
+	root, _ := filepath.Abs(repoRoot)
 	for _, err := range []error{
 		os.Mkdir(bin, 0o755),
 		os.Mkdir(filepath.Join(work, "home"), 0o755),
 		os.Symlink(heedBin, filepath.Join(bin, "heed")),
 		os.Symlink(natsCLI, filepath.Join(bin, "nats")),
-		os.Symlink(skills, filepath.Join(work, "skills")),
+		os.Symlink(filepath.Join(root, "skills"), filepath.Join(work, "skills")),
+		os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")),
+		os.Symlink(filepath.Join(root, "deploy"), filepath.Join(work, "deploy")),
 	} {
 		if err != nil {
 			t.Fatal(err)
