@@ -217,6 +217,14 @@ func TestDocsCommands(t *testing.T) {
 		if b.Kind == doctest.Run {
 			cmds = append(cmds, b.Commands...)
 		}
+		if b.WriteTo != "" {
+			if fileExists(filepath.Join(work, b.WriteTo)) {
+				t.Errorf("%s:%d: doc-test: file %s is written twice", b.File, b.Line, b.WriteTo)
+			}
+			if err := os.WriteFile(filepath.Join(work, b.WriteTo), []byte(b.Body+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	out := filepath.Join(work, "doctest")
 	if err := os.Mkdir(out, 0o755); err != nil {

@@ -18,6 +18,9 @@
 //     "# →" right after a command is the output it prints (lines "#   …"
 //     continue it). In console blocks, lines starting with "$ " are
 //     commands and the lines after one are its output (stdout and stderr).
+//   - <!-- doc-test: file NAME --> before a block that is not commands
+//     (a skill, a tools file) writes its text to NAME in the test's
+//     working directory, for the commands that use it.
 //   - Shown output is a pattern: "…" matches any text, runs of spaces match
 //     any run of spaces. An output that is not deterministic is shown with
 //     "…" in place of what varies.
@@ -47,11 +50,15 @@ const (
 
 // Block is one fenced block of a Markdown file.
 type Block struct {
-	File     string
-	Line     int // the line of the opening fence, from 1
-	Lang     string
-	Kind     Kind
-	Reason   string // why a Skip block is not run
+	File   string
+	Line   int // the line of the opening fence, from 1
+	Lang   string
+	Kind   Kind
+	Reason string // why a Skip block is not run
+	// WriteTo names the file the block's text is written to before the
+	// commands run (<!-- doc-test: file NAME -->), for the commands that
+	// use it.
+	WriteTo  string
 	Body     string
 	Commands []Command
 }
@@ -124,7 +131,12 @@ func Parse(file string, src []byte) ([]Block, error) {
 			case !commandLangs[cur.Lang]:
 				cur.Kind = Other
 				if marker != "" {
-					errs = append(errs, fmt.Sprintf("%s:%d: a doc-test marker before a %s block, which is never run", file, mline, cur.Lang))
+					mm := markerRE.FindStringSubmatch(marker)
+					if mm[1] == "file" && validFileName(mm[2]) {
+						cur.WriteTo = mm[2]
+					} else {
+						errs = append(errs, fmt.Sprintf("%s:%d: before a %s block, which is never run, a doc-test marker can only be <!-- doc-test: file NAME --> (a plain file name)", file, mline, cur.Lang))
+					}
 				}
 			default:
 				cur.Kind = Run
@@ -138,6 +150,8 @@ func Parse(file string, src []byte) ([]Block, error) {
 						}
 					case "usage":
 						cur.Kind = Usage
+					case "file":
+						errs = append(errs, fmt.Sprintf("%s:%d: doc-test: file is for blocks that are not commands (yaml, text…)", file, mline))
 					default:
 						errs = append(errs, fmt.Sprintf("%s:%d: unknown doc-test marker %q (skip or usage)", file, mline, mm[1]))
 					}
@@ -170,6 +184,11 @@ func Parse(file string, src []byte) ([]Block, error) {
 	}
 	return blocks, nil
 }
+
+var fileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// validFileName: a file the doc test may write in its working directory.
+func validFileName(name string) bool { return fileNameRE.MatchString(name) }
 
 // parseCommands splits a command block into commands.
 func (b *Block) parseCommands() error {

@@ -12,7 +12,7 @@ import (
 const sample = "# Title\n\n" +
 	"```sh\nheed runs\nheed replay   # DIFFERENT; exit 1\n# a comment\nheed fixes learn --tool t \\\n  --set 'a=#b'   # exit 2\nnats req x '{}'\n# → {\"ok\":true,…}\n#   second line\n```\n\n" +
 	"<!-- doc-test: skip (starts heed in the foreground) -->\n\n```sh\nheed up\n```\n\n" +
-	"```yaml\na: 1\n```\n\n" +
+	"<!-- doc-test: file a.yaml -->\n```yaml\na: 1\n```\n\n" +
 	"```console\n$ heed version\nheed 1.0 …\n$ heed x\n```\n\n" +
 	"<!-- doc-test: usage -->\n```sh\nheed run FILE [--yes]\n```\n"
 
@@ -29,6 +29,9 @@ func TestParse(t *testing.T) {
 		if b.Kind != kinds[i] {
 			t.Errorf("block %d (line %d) kind %d, want %d", i, b.Line, b.Kind, kinds[i])
 		}
+	}
+	if blocks[2].WriteTo != "a.yaml" || blocks[2].Body != "a: 1" {
+		t.Errorf("file block %+v", blocks[2])
 	}
 	if r := blocks[1].Reason; r != "starts heed in the foreground" {
 		t.Errorf("skip reason %q", r)
@@ -58,6 +61,8 @@ func TestParseRefuses(t *testing.T) {
 		"skip without reason":  "<!-- doc-test: skip -->\n```sh\nheed up\n```\n",
 		"unknown marker":       "<!-- doc-test: later -->\n```sh\nheed up\n```\n",
 		"marker before yaml":   "<!-- doc-test: skip (x) -->\n```yaml\na: 1\n```\n",
+		"file before sh":       "<!-- doc-test: file x.sh -->\n```sh\nheed up\n```\n",
+		"file with a path":     "<!-- doc-test: file ../x.yaml -->\n```yaml\na: 1\n```\n",
 		"marker without block": "<!-- doc-test: skip (x) -->\ntext\n```sh\nheed up\n```\n",
 		"unterminated":         "```sh\nheed runs\n",
 		"empty block":          "```sh\n# only a comment\n```\n",
