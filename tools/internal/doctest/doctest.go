@@ -414,12 +414,13 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-var inlineRE = regexp.MustCompile("`((?:bin/)?heed [^`]+)`")
+var inlineRE = regexp.MustCompile("`((?:bin/)?heed [^`]+|nats [^`]+)`")
 
-// Inline returns the heed commands shown in code spans of the prose
-// (outside fenced blocks), such as `heed replay --apply`: they cannot run
-// (they are fragments, with placeholders), but the commands and flags they
-// name must exist.
+// Inline returns the heed and nats commands shown in code spans of the
+// prose (outside fenced blocks), such as `heed replay --apply` or
+// `nats micro ls`. Most are fragments (with placeholders, or commands that
+// follow until interrupted), but the commands and flags they name must
+// exist, and the read-only ones can run.
 func Inline(file string, src []byte) []Command {
 	// Blank out fenced blocks, keeping the newlines for line numbers.
 	lines := strings.Split(string(src), "\n")

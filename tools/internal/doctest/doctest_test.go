@@ -136,10 +136,10 @@ func TestInline(t *testing.T) {
 	for _, c := range got {
 		texts = append(texts, c.Text)
 	}
-	if want := "heed replay --apply|heed runs|heed audit <run>"; strings.Join(texts, "|") != want {
+	if want := "heed replay --apply|heed runs|nats ls|heed audit <run>"; strings.Join(texts, "|") != want {
 		t.Fatalf("Inline = %q, want %q", strings.Join(texts, "|"), want)
 	}
-	if got[0].Line != 1 || got[2].Line != 6 {
+	if got[0].Line != 1 || got[3].Line != 6 {
 		t.Errorf("lines %d, %d; want 1, 6", got[0].Line, got[2].Line)
 	}
 }
