@@ -262,12 +262,12 @@ func TestDocsCommands(t *testing.T) {
 		},
 		// The reader's setup: a nats context for heed's server.
 		Prelude: "nats context save heed --server \"$HEED_NATS_URL\" --select >/dev/null || exit 1\n" +
-			// settle waits, as a reader would before typing the next
+			// __settle waits, as a reader would before typing the next
 			// command, until a run that goes on without them (detached,
-			// in the background, retried, continued) has stopped moving:
-			// paused at a question, or ended.
-			// Stopped moving: its line in heed runs (status, step,
-			// events) is the same three times in a row, 150 ms apart.
+			// in the background, retried, continued) has stopped moving
+			// (paused at a question, or ended): its line in heed runs
+			// (status, step, events) is the same three times in a row,
+			// 150 ms apart, and says neither requested nor running.
 			"__settle() { local i line last='' same=0; for i in $(seq 100); do line=$(heed runs | grep \"^$DOCTEST_RUN_ID \"); " +
 			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! echo \"$line\" | grep -qE ' (requested|running) '; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n",
 		// <run-id> in a later command is the run the last command that
