@@ -1,10 +1,10 @@
 package main
 
-// The docs are tested: every shell command shown in README.md, BENCHMARKS.md
-// and docs/*.md runs against a real `heed up`, and the output the docs show
-// is checked (tools/internal/doctest says how a document marks what it
-// shows). A command block that cannot run in a test says so in the
-// Markdown, with the reason, and is counted here.
+// The docs are tested: every shell command shown in README.md, docs/*.md,
+// BENCHMARKS.md and examples/*/README.md runs against a real `heed up`,
+// and the output the docs show is checked (tools/internal/doctest says how
+// a document marks what it shows). A command block that cannot run in a
+// test says so in the Markdown, with the reason, and is counted here.
 
 import (
 	"context"
@@ -36,8 +36,8 @@ var readOnlyNats = regexp.MustCompile(`^nats (stream (ls|report|info)|kv (ls|get
 const commandLimit = 30 * time.Second
 
 // docFiles lists the documents in the order a reader meets them: the
-// README first (its run is the one later examples name), then docs/ and
-// BENCHMARKS.md.
+// README first (its run is the one later examples name), then docs/,
+// BENCHMARKS.md and the examples' READMEs.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
@@ -45,7 +45,13 @@ func docFiles(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	sort.Strings(files)
-	return append(append([]string{filepath.Join(repoRoot, "README.md")}, files...), filepath.Join(repoRoot, "BENCHMARKS.md"))
+	examples, err := filepath.Glob(filepath.Join(repoRoot, "examples", "*", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(examples)
+	files = append(append([]string{filepath.Join(repoRoot, "README.md")}, files...), filepath.Join(repoRoot, "BENCHMARKS.md"))
+	return append(files, examples...)
 }
 
 // parseDocs parses every document; a block that breaks the rules fails
