@@ -275,13 +275,19 @@ func TestDocsCommands(t *testing.T) {
 			// (status, step, events) is the same three times in a row,
 			// 150 ms apart, and says neither requested nor running.
 			"__settle() { local i line last='' same=0; for i in $(seq 100); do line=$(heed runs | grep \"^$DOCTEST_RUN_ID \"); " +
-			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! echo \"$line\" | grep -qE ' (requested|running) '; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n",
+			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! echo \"$line\" | grep -qE ' (requested|running) '; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n" +
+			"__waitfor() { local i; [ -n \"$2\" ] || return; for i in $(seq 50); do $1 | grep -q -- \"$2\" && { sleep 0.2; return; }; sleep 0.1; done; }\n",
 		// <run-id> in a later command is the run the last command that
 		// started one (heed run, heed.cmd.run.start) named first; a heed
 		// run left in the background (&) is given the time to print it.
 		After: "case \"$__cmd\" in *'heed run '*'&'*) for i in $(seq 100); do grep -qE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" && break; sleep 0.1; done;; esac\n" +
 			"case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
-			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*) __settle;; esac",
+			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*) __settle;; esac\n" +
+			// What is taught (a fix, a remembered choice) reaches the
+			// services through the learner's buckets: the next command
+			// waits until heed shows it, as a reader who checks would.
+			"case \"$__cmd\" in *'heed fixes learn '*) __f=$(grep -oE 'fix-[0-9a-f]{20}' \"$__out\" | head -n1); __waitfor \"heed fixes list\" \"$__f\";; esac\n" +
+			"case \"$__cmd\" in *'heed confirm answer '*--remember*) __waitfor \"heed prefs list\" pref-;; esac",
 		Limit: commandLimit,
 	})
 	scriptPath := filepath.Join(work, "docs.sh")
