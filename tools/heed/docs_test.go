@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/tools/internal/doctest"
 )
 
@@ -318,6 +319,7 @@ func TestDocsCommands(t *testing.T) {
 	if err != nil {
 		t.Errorf("the doc script: %v\n%s", err, scriptOut)
 	}
+	checkNoDeadLetters(t, "nats://"+addr)
 	read := func(name string) (string, bool) {
 		b, err := os.ReadFile(filepath.Join(out, name))
 		return string(b), err == nil
@@ -346,6 +348,27 @@ func TestDocsCommands(t *testing.T) {
 		if c.Want != "" && !doctest.Match(c.Want, stdout) {
 			t.Errorf("%s\n  printed:\n%s\n  the docs show:\n%s\n  stderr:\n%s", c, indent(stdout), indent(c.Want), indent(stderr))
 		}
+	}
+}
+
+// checkNoDeadLetters fails the test when heed refused anything the docs'
+// commands published: every event a doc shows must be a valid one.
+func checkNoDeadLetters(t *testing.T, url string) {
+	t.Helper()
+	_, js := connect(t, url)
+	ctx := ctxFor(t, 10*time.Second)
+	s, err := js.Stream(ctx, events.DLQStream)
+	if err != nil {
+		t.Errorf("stream %s: %v", events.DLQStream, err)
+		return
+	}
+	n := s.CachedInfo().State.Msgs
+	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq && n > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		t.Errorf("a documented command published what heed refused: %s: %s: %s", m.Header.Get("Heed-Dlq-Subject"), m.Header.Get("Heed-Dlq-Code"), m.Header.Get("Heed-Dlq-Reason"))
 	}
 }
 
