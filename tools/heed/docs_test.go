@@ -265,7 +265,7 @@ func TestDocsCommands(t *testing.T) {
 	}
 	script := doctest.Script(cmds, doctest.Hooks{
 		Rewrite: func(s string) string {
-			return runIDVar(strings.ReplaceAll(s, "127.0.0.1:4222", addr))
+			return placeholderVars(strings.ReplaceAll(s, "127.0.0.1:4222", addr))
 		},
 		// The reader's setup: a nats context for heed's server.
 		Prelude: "nats context save heed --server \"$HEED_NATS_URL\" --select >/dev/null || exit 1\n" +
@@ -280,7 +280,8 @@ func TestDocsCommands(t *testing.T) {
 			"__waitfor() { local i; [ -n \"$2\" ] || return; for i in $(seq 50); do $1 | grep -q -- \"$2\" && { sleep 0.2; return; }; sleep 0.1; done; }\n",
 		// <run-id> in a later command is the run the last command that
 		// started one (heed run, heed.cmd.run.start) named first; a heed
-		// run left in the background (&) is given the time to print it.
+		// run left in the background (&) is given the time to print it
+		// (and its question).
 		After: "case \"$__cmd\" in *'heed run '*'&'*) for i in $(seq 100); do grep -qE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" && break; sleep 0.1; done;; esac\n" +
 			"case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
 			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*) __settle;; esac\n" +
@@ -288,7 +289,10 @@ func TestDocsCommands(t *testing.T) {
 			// services through the learner's buckets: the next command
 			// waits until heed shows it, as a reader who checks would.
 			"case \"$__cmd\" in *'heed fixes learn '*) __f=$(grep -oE 'fix-[0-9a-f]{20}' \"$__out\" | head -n1); __waitfor \"heed fixes list\" \"$__f\";; esac\n" +
-			"case \"$__cmd\" in *'heed confirm answer '*--remember*) __waitfor \"heed prefs list\" pref-;; esac",
+			"case \"$__cmd\" in *'heed confirm answer '*--remember*) __waitfor \"heed prefs list\" pref-;; esac\n" +
+			// <confirm-id> is the last confirmation id a command printed
+			// (a heed run in the background, once it has settled, too).
+			"__id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}-[sl][0-9]+-a[0-9]+\\b' \"$__out\" | tail -n1); [ -n \"$__id\" ] && DOCTEST_CONFIRM_ID=$__id",
 		Limit: commandLimit,
 	})
 	scriptPath := filepath.Join(work, "docs.sh")
@@ -372,21 +376,32 @@ func checkNoDeadLetters(t *testing.T, url string) {
 	}
 }
 
-// runIDVar replaces the placeholder <run-id> with the shell variable
-// holding the run a documented command started; inside single quotes the
-// quotes are closed around it ('…'"${DOCTEST_RUN_ID}"'…').
-func runIDVar(s string) string {
+// placeholders are what the docs write for an id a reader copies from an
+// earlier command's output, and the shell variable the test keeps it in.
+var placeholders = []struct{ text, variable string }{
+	{"<run-id>", "DOCTEST_RUN_ID"},
+	{"<confirm-id>", "DOCTEST_CONFIRM_ID"},
+	{"<confirmation-id>", "DOCTEST_CONFIRM_ID"},
+}
+
+// placeholderVars replaces the placeholders with their shell variables;
+// inside single quotes the quotes are closed around the variable
+// ('…'"${DOCTEST_RUN_ID}"'…').
+func placeholderVars(s string) string {
 	var b strings.Builder
 	single, double := false, false
+next:
 	for i := 0; i < len(s); i++ {
-		if strings.HasPrefix(s[i:], "<run-id>") {
-			if single {
-				b.WriteString(`'"${DOCTEST_RUN_ID}"'`)
-			} else {
-				b.WriteString("${DOCTEST_RUN_ID}")
+		for _, p := range placeholders {
+			if strings.HasPrefix(s[i:], p.text) {
+				if single {
+					b.WriteString(`'"${` + p.variable + `}"'`)
+				} else {
+					b.WriteString("${" + p.variable + "}")
+				}
+				i += len(p.text) - 1
+				continue next
 			}
-			i += len("<run-id>") - 1
-			continue
 		}
 		switch s[i] {
 		case '\'':
