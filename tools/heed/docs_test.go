@@ -284,7 +284,7 @@ func TestDocsCommands(t *testing.T) {
 		// (and its question).
 		After: "case \"$__cmd\" in *'heed run '*'&'*) for i in $(seq 100); do grep -qE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" && break; sleep 0.1; done;; esac\n" +
 			"case \"$__cmd\" in *'heed run '*|*heed.cmd.run.start*) __id=$(grep -oE '\\b01[0-9a-hjkmnp-tv-z]{24}\\b' \"$__out\" | head -n1); [ -n \"$__id\" ] && DOCTEST_RUN_ID=$__id;; esac\n" +
-			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*) __settle;; esac\n" +
+			"case \"$__cmd\" in *'heed run '*--detach*|*'heed run '*'&'*|*'heed retry '*|*'heed continue '*|*heed.cmd.run.*) __settle;; esac\n" +
 			// What is taught (a fix, a remembered choice) reaches the
 			// services through the learner's buckets: the next command
 			// waits until heed shows it, as a reader who checks would.
