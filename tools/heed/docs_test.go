@@ -94,6 +94,51 @@ func TestDocsBlocksAreMarked(t *testing.T) {
 	}
 }
 
+// TestDocsNameRealTests: every test, benchmark and fuzz target the docs
+// name (`TestChaos`, `BenchmarkReadHistory`) exists in the repository.
+func TestDocsNameRealTests(t *testing.T) {
+	defined := map[string]bool{}
+	funcRE := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Z]\w*)\(`)
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && path != repoRoot {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range funcRE.FindAllStringSubmatch(string(src), -1) {
+				defined[m[1]] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nameRE := regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z]\\w*)`")
+	named := 0
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		for _, m := range nameRE.FindAllStringSubmatchIndex(string(src), -1) {
+			name := string(src[m[2]:m[3]])
+			named++
+			if !defined[name] {
+				t.Errorf("%s:%d: names %s, which no _test.go file defines", rel, 1+strings.Count(string(src[:m[0]]), "\n"), name)
+			}
+		}
+	}
+	t.Logf("%d names of tests in the docs, %d tests in the repository", named, len(defined))
+}
+
 // TestDocsUsage: every heed command the docs name without running it —
 // the lines of a synopsis block (<!-- doc-test: usage -->) and the
 // commands in code spans of the prose, such as `heed replay --apply` —
