@@ -139,6 +139,51 @@ func TestDocsNameRealTests(t *testing.T) {
 	t.Logf("%d names of tests in the docs, %d tests in the repository", named, len(defined))
 }
 
+// TestDocsPathsExist: the repository paths the docs name in code spans
+// (`services/runner/decide.go`, `tools/ci/deps.sh`) and the targets of
+// their relative links exist.
+func TestDocsPathsExist(t *testing.T) {
+	tops := map[string]bool{}
+	entries, err := os.ReadDir(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "bin" {
+			tops[e.Name()] = true
+		}
+	}
+	spanRE := regexp.MustCompile("`([a-z][\\w.-]*/[\\w./-]*)`")
+	linkRE := regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)]*)?\)`)
+	checked := 0
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		line := func(off int) int { return 1 + strings.Count(string(src[:off]), "\n") }
+		for _, m := range spanRE.FindAllSubmatchIndex(src, -1) {
+			p := strings.TrimSuffix(string(src[m[2]:m[3]]), "/")
+			if !tops[strings.Split(p, "/")[0]] {
+				continue // not a repository path (a subject, a URL part…)
+			}
+			checked++
+			if !fileExists(filepath.Join(repoRoot, p)) {
+				t.Errorf("%s:%d: names %s, which does not exist", rel, line(m[0]), p)
+			}
+		}
+		for _, m := range linkRE.FindAllSubmatchIndex(src, -1) {
+			target := string(src[m[2]:m[3]])
+			checked++
+			if !fileExists(filepath.Join(filepath.Dir(f), target)) {
+				t.Errorf("%s:%d: links to %s, which does not exist", rel, line(m[0]), target)
+			}
+		}
+	}
+	t.Logf("%d paths and links checked", checked)
+}
+
 // TestDocsUsage: every heed command the docs name without running it —
 // the lines of a synopsis block (<!-- doc-test: usage -->) and the
 // commands in code spans of the prose, such as `heed replay --apply` —
