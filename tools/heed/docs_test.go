@@ -9,6 +9,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"os"
 	"os/exec"
@@ -182,6 +185,93 @@ func TestDocsPathsExist(t *testing.T) {
 		}
 	}
 	t.Logf("%d paths and links checked", checked)
+}
+
+// goPackages are heed's packages the docs name identifiers of, by the
+// name the docs use (`events.Provision`).
+var goPackages = map[string]string{
+	"events": "events", "readmodel": "events/readmodel", "command": "events/command",
+	"confirmation": "lib/confirmation", "runstate": "lib/runstate", "skill": "lib/skill",
+	"tool": "lib/tool", "service": "lib/service", "embedded": "lib/embedded",
+	"eventstest": "lib/eventstest", "client": "client",
+}
+
+// TestDocsNameRealIdentifiers: every identifier of a heed package the docs
+// name (`events.ReadHistory`, `events.Bus.Publish`) is declared there.
+func TestDocsNameRealIdentifiers(t *testing.T) {
+	declared := map[string]map[string]bool{}
+	for name, dir := range goPackages {
+		decl := map[string]bool{}
+		files, err := filepath.Glob(filepath.Join(repoRoot, dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("package %s: no Go files in %s (%v)", name, dir, err)
+		}
+		fset := token.NewFileSet()
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range file.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Recv == nil {
+						decl[d.Name.Name] = true
+						continue
+					}
+					recv := d.Recv.List[0].Type
+					if s, ok := recv.(*ast.StarExpr); ok {
+						recv = s.X
+					}
+					if ix, ok := recv.(*ast.IndexExpr); ok {
+						recv = ix.X
+					}
+					if id, ok := recv.(*ast.Ident); ok {
+						decl[id.Name+"."+d.Name.Name] = true
+					}
+					// The docs may name a method by its package alone
+					// (`client.History` for (*client.Client).History).
+					decl["*."+d.Name.Name] = true
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						switch sp := spec.(type) {
+						case *ast.TypeSpec:
+							decl[sp.Name.Name] = true
+						case *ast.ValueSpec:
+							for _, n := range sp.Names {
+								decl[n.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+		declared[name] = decl
+	}
+	identRE := regexp.MustCompile("`([a-z]+)\\.([A-Z]\\w*(?:\\.[A-Z]\\w*)?)")
+	checked := 0
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		for _, m := range identRE.FindAllSubmatchIndex(src, -1) {
+			pkg, ident := string(src[m[2]:m[3]]), string(src[m[4]:m[5]])
+			decl, ok := declared[pkg]
+			if !ok {
+				continue // not a heed package (jetstream.WithMsgID, url.URL)
+			}
+			checked++
+			if !decl[ident] && !decl["*."+ident] {
+				t.Errorf("%s:%d: names %s.%s, which package %s does not declare", rel, 1+strings.Count(string(src[:m[0]]), "\n"), pkg, ident, goPackages[pkg])
+			}
+		}
+	}
+	t.Logf("%d identifiers checked", checked)
 }
 
 // TestDocsUsage: every heed command the docs name without running it —
