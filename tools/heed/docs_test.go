@@ -274,6 +274,65 @@ func TestDocsNameRealIdentifiers(t *testing.T) {
 	t.Logf("%d identifiers checked", checked)
 }
 
+// TestDocsFlagsExist: every flag the docs name on its own (`--sweep-every`)
+// is a flag of some heed command or of the service binaries (lib/service,
+// services/*/cmd).
+func TestDocsFlagsExist(t *testing.T) {
+	known := map[string]bool{}
+	flagRE := regexp.MustCompile(`(?:^|[\s,])(--[a-z][a-z-]*)`)
+	var walk func(path []string)
+	walk = func(path []string) {
+		out, err := exec.Command(heedBin, append(append([]string{}, path...), "--help")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("heed %s --help: %v\n%s", strings.Join(path, " "), err, out)
+		}
+		for _, m := range flagRE.FindAllStringSubmatch(string(out), -1) {
+			known[m[1]] = true
+		}
+		if i := strings.Index(string(out), "Available Commands:"); i >= 0 {
+			for _, line := range strings.Split(string(out)[i:], "\n")[1:] {
+				f := strings.Fields(line)
+				if len(f) == 0 {
+					break
+				}
+				if f[0] != "help" && f[0] != "completion" {
+					walk(append(append([]string{}, path...), f[0]))
+				}
+			}
+		}
+	}
+	walk(nil)
+	var sources []string
+	for _, g := range []string{"lib/service/*.go", "services/*/cmd/*/*.go"} {
+		files, _ := filepath.Glob(filepath.Join(repoRoot, g))
+		sources = append(sources, files...)
+	}
+	defRE := regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Duration|Float64|Var|StringVar|BoolVar|IntVar|DurationVar)\("([a-z][a-z-]*)"`)
+	for _, f := range sources {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range defRE.FindAllStringSubmatch(string(src), -1) {
+			known["--"+m[1]] = true
+		}
+	}
+	nameRE := regexp.MustCompile("`(--[a-z][a-z-]*)[` =]")
+	for _, f := range docFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, f)
+		for _, m := range nameRE.FindAllSubmatchIndex(src, -1) {
+			if flag := string(src[m[2]:m[3]]); !known[flag] {
+				t.Errorf("%s:%d: names the flag %s, which no heed command nor service binary has", rel, 1+strings.Count(string(src[:m[0]]), "\n"), flag)
+			}
+		}
+	}
+	t.Logf("%d flags known", len(known))
+}
+
 // TestDocsUsage: every heed command the docs name without running it —
 // the lines of a synopsis block (<!-- doc-test: usage -->) and the
 // commands in code spans of the prose, such as `heed replay --apply` —
