@@ -22,8 +22,10 @@
 //     (a skill, a tools file) writes its text to NAME in the test's
 //     working directory, for the commands that use it.
 //   - Shown output is a pattern: "…" matches any text, runs of spaces match
-//     any run of spaces. An output that is not deterministic is shown with
-//     "…" in place of what varies.
+//     any run of spaces, and run ids, times, durations and merge request
+//     numbers are normalised on both sides (Normalise), so a real run's
+//     output can be shown as it was printed. Anything else that varies is
+//     shown as "…".
 //   - A command's trailing comment may say "exit N": the exit status it
 //     must have; otherwise it must exit 0.
 package doctest
