@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: tmux for the terminal tests,
 # Node.js and the JavaScript agent's npm packages for the outside-client
-# test, and the nats CLI for the doc test (the docs show nats commands).
+# test, and for the doc test the nats CLI (the docs show nats commands),
+# python3 and pgrep.
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,6 +10,10 @@ need=()
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The doc test: AGENTS.md quotes a skill as JSON with python3; the test's
+# per-command time limit uses pgrep.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""
