@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,8 +15,17 @@ import (
 func TestRunInterruptedExits130(t *testing.T) {
 	h := startHeedWithTools(t)
 	run := startProc(t, "heed run", "run", "--nats-url", h.url, "../../skills/release_prod.yaml", "-i", "commit_sha="+testSHA)
-	run.waitOutput("waiting for an answer", 30*time.Second)
-	runID := strings.Fields(strings.TrimPrefix(run.stdout.String(), "run "))[0]
+	ulid := regexp.MustCompile(`\b01[0-9a-hjkmnp-tv-z]{24}\b`)
+	var runID string
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if runID = ulid.FindString(run.stdout.String()); runID == "" {
+			return fmt.Errorf("heed run has not named its run:\n%s", run.stdout.String())
+		}
+		if out, _, _ := runCLI(t, "runs", "--nats-url", h.url, "--status", "paused"); !strings.Contains(out, runID) {
+			return fmt.Errorf("run %s is not paused at its question yet", runID)
+		}
+		return nil
+	})
 	if err := run.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -26,8 +37,8 @@ func TestRunInterruptedExits130(t *testing.T) {
 	if code := run.cmd.ProcessState.ExitCode(); code != 130 {
 		t.Errorf("heed run exited %d after SIGINT, want 130\nstderr: %s", code, run.stderr.String())
 	}
-	if got := run.stderr.String(); !strings.Contains(got, "stopped following; run "+runID+" goes on") {
-		t.Errorf("heed run said %q after SIGINT, want that the run goes on", got)
+	if got := run.stderr.String(); !strings.Contains(got, runID) || !strings.Contains(got, "goes on") {
+		t.Errorf("heed run said %q after SIGINT, want that run %s goes on", got, runID)
 	}
 	out, _, code := runCLI(t, "runs", "--nats-url", h.url, "--status", "paused")
 	if code != 0 || !strings.Contains(out, runID) {
