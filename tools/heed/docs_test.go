@@ -434,13 +434,9 @@ func TestDocsCommands(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	natsCLI, err := exec.LookPath("nats")
-	if err != nil {
-		if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil && fileExists(filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nats")) {
-			natsCLI = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nats")
-		} else {
-			t.Skip("the nats CLI is not installed: the docs show nats commands (tools/ci/deps.sh installs it; make test runs this)")
-		}
+	natsCLI := findNatsCLI()
+	if natsCLI == "" {
+		t.Skip("the nats CLI is not installed: the docs show nats commands (tools/ci/deps.sh installs it; make test runs this)")
 	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -655,6 +651,30 @@ next:
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// findNatsCLI returns the nats CLI: in PATH, or where go install put it.
+func findNatsCLI() string {
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p
+	}
+	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(out), "\n")
+	for i, dir := range lines[:min(2, len(lines))] {
+		if dir = strings.TrimSpace(dir); dir == "" {
+			continue
+		}
+		if i == 1 {
+			dir = filepath.Join(strings.Split(dir, string(os.PathListSeparator))[0], "bin")
+		}
+		if p := filepath.Join(dir, "nats"); fileExists(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 func indent(s string) string {
