@@ -30,7 +30,9 @@ if [ ! -d "$agent/node_modules/@nats-io/transport-node" ] || [ "$agent/package-l
 fi
 # The doc test (tools/heed, TestDocsCommands) runs the nats commands the
 # docs show; the nats CLI comes through the Go module proxy.
-if ! command -v nats >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/nats" ]; then
+gobin="$(go env GOBIN)"
+[ -n "$gobin" ] || gobin="$(go env GOPATH | cut -d: -f1)/bin"
+if ! command -v nats >/dev/null 2>&1 && [ ! -x "$gobin/nats" ]; then
   echo "installing the nats CLI (go install github.com/nats-io/natscli/nats@v0.5.1)"
   go install github.com/nats-io/natscli/nats@v0.5.1
 fi
