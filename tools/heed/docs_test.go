@@ -509,9 +509,10 @@ func TestDocsCommands(t *testing.T) {
 			// in the background, retried, continued) has stopped moving
 			// (paused at a question, or ended): its line in heed runs
 			// (status, step, events) is the same three times in a row,
-			// 150 ms apart, and says neither requested nor running.
-			"__settle() { local i line last='' same=0; for i in $(seq 100); do line=$(heed runs | grep \"^$DOCTEST_RUN_ID \"); " +
-			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! echo \"$line\" | grep -qE ' (requested|running) '; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n" +
+			// 150 ms apart, and heed runs --status running (or
+			// requested) does not list it.
+			"__settle() { local i line last='' same=0; for i in $(seq 100); do line=$(heed runs | grep -F -- \"$DOCTEST_RUN_ID\"); " +
+			"if [ -n \"$line\" ] && [ \"$line\" = \"$last\" ] && ! heed runs --status running | grep -qF -- \"$DOCTEST_RUN_ID\" && ! heed runs --status requested | grep -qF -- \"$DOCTEST_RUN_ID\"; then same=$((same+1)); [ $same -ge 2 ] && return; else same=0; fi; last=$line; sleep 0.15; done; }\n" +
 			"__waitfor() { local i; [ -n \"$2\" ] || return; for i in $(seq 50); do $1 | grep -q -- \"$2\" && { sleep 0.2; return; }; sleep 0.1; done; }\n",
 		// <run-id> in a later command is the run the last command that
 		// started one (heed run, heed.cmd.run.start) named first; a heed
