@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -282,10 +283,7 @@ func TestDocsFlagsExist(t *testing.T) {
 	flagRE := regexp.MustCompile(`(?:^|[\s,])(--[a-z][a-z-]*)`)
 	var walk func(path []string)
 	walk = func(path []string) {
-		out, err := exec.Command(heedBin, append(append([]string{}, path...), "--help")...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("heed %s --help: %v\n%s", strings.Join(path, " "), err, out)
-		}
+		out := []byte(helpOf(t, path))
 		for _, m := range flagRE.FindAllStringSubmatch(string(out), -1) {
 			known[m[1]] = true
 		}
@@ -357,19 +355,7 @@ func TestDocsUsage(t *testing.T) {
 			}
 		}
 	}
-	helps := map[string]string{}
-	help := func(path []string) string {
-		key := strings.Join(path, " ")
-		if h, ok := helps[key]; ok {
-			return h
-		}
-		out, err := exec.Command(heedBin, append(append([]string{}, path...), "--help")...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("heed %s --help: %v\n%s", key, err, out)
-		}
-		helps[key] = string(out)
-		return string(out)
-	}
+	help := func(path []string) string { return helpOf(t, path) }
 	flagRE := regexp.MustCompile(`(?:^|[\s\[|(])(--?[a-zA-Z][a-z-]*)(?:[ =]([a-z_]+(?:\|[a-z_]+)+))?`)
 	checked := 0
 	for _, c := range cmds {
@@ -449,7 +435,7 @@ func TestDocsCommands(t *testing.T) {
 	for _, err := range []error{
 		os.Mkdir(bin, 0o755),
 		os.Mkdir(filepath.Join(work, "home"), 0o755),
-		os.Symlink(heedBin, filepath.Join(bin, "heed")),
+		os.Symlink(cliBin(t), filepath.Join(bin, "heed")),
 		os.Symlink(natsCLI, filepath.Join(bin, "nats")),
 		os.Symlink(filepath.Join(root, "skills"), filepath.Join(work, "skills")),
 		os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")),
@@ -652,6 +638,57 @@ next:
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// The docs' commands run a heed built without -race even when the tests
+// are: they test the docs, not for races (heed up, which runs every
+// service, still is the race-checked binary), and a -race build takes
+// about a second to start, which made the doc test take minutes.
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)
+
+// cliBin returns the heed binary the docs' commands run.
+func cliBin(t *testing.T) string {
+	t.Helper()
+	if !raceEnabled() {
+		return heedBin
+	}
+	cliOnce.Do(func() {
+		cliPath = heedBin + "-norace"
+		out, err := exec.Command("go", "build", "-o", cliPath, ".").CombinedOutput()
+		if err != nil {
+			cliErr = fmt.Errorf("go build heed without -race: %v\n%s", err, out)
+		}
+	})
+	if cliErr != nil {
+		t.Fatal(cliErr)
+	}
+	return cliPath
+}
+
+var (
+	helpMu    sync.Mutex
+	helpCache = map[string]string{}
+)
+
+// helpOf returns `heed <path...> --help`, once per path.
+func helpOf(t *testing.T, path []string) string {
+	t.Helper()
+	key := strings.Join(path, " ")
+	helpMu.Lock()
+	defer helpMu.Unlock()
+	if h, ok := helpCache[key]; ok {
+		return h
+	}
+	out, err := exec.Command(cliBin(t), append(append([]string{}, path...), "--help")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("heed %s --help: %v\n%s", key, err, out)
+	}
+	helpCache[key] = string(out)
+	return string(out)
 }
 
 // findNatsCLI returns the nats CLI: in PATH, or where go install put it.
