@@ -15,7 +15,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 HEED_LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 
-.PHONY: all build run test test-fast unit vet fmt-check staticcheck modcheck fuzz bench chaos deps clean
+.PHONY: all build run test test-fast doc-test unit vet fmt-check staticcheck modcheck fuzz bench chaos deps clean
 
 all: build
 
@@ -46,6 +46,13 @@ test: deps fmt-check vet staticcheck modcheck unit fuzz
 ## Without -race, which takes it past a minute: make test runs -race.
 test-fast: deps
 	$(GO) test -short -count=1 -timeout 5m $(PKGS)
+
+## doc-test: only the tests of the docs (part of test and test-fast): every
+## command README.md and docs/*.md show, run against a real heed up, and
+## every command, flag, path, test, identifier and YAML file they name
+doc-test: deps
+	$(GO) test -count=1 ./tools/internal/doctest
+	$(GO) test -count=1 -run 'Docs|DocShows|DocRules|Interrupted|EventsDoc' ./tools/heed ./services/healer ./services/confirm ./events
 
 deps:
 	@./tools/ci/deps.sh

@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/schemas"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the catalog table in docs/EVENTS.md")
@@ -154,4 +156,90 @@ func sorted(in []string) []string {
 	out := append([]string(nil), in...)
 	sort.Strings(out)
 	return out
+}
+
+const (
+	streamsBegin = "<!-- streams:begin -->"
+	streamsEnd   = "<!-- streams:end -->"
+)
+
+// streamHolds says what each stream holds; a stream the topology gains
+// fails the test until it is described here (and so in EVENTS.md).
+var streamHolds = map[string]string{
+	events.EventStream: "the log: every event, plus the confirmations' deadlines (below)",
+	events.DLQStream:   "refused messages: the original bytes and headers with the reason (`Heed-Dlq-Code`, `Heed-Dlq-Reason`)",
+}
+
+// streamsTable is the streams as events.Provision makes them with the
+// default topology.
+func streamsTable(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("| stream | subjects | holds | kept | duplicate window |\n|---|---|---|---|---|\n")
+	topo := events.DefaultTopology()
+	for _, cfg := range []jetstream.StreamConfig{topo.EventStreamConfig(), topo.DLQStreamConfig()} {
+		holds, ok := streamHolds[cfg.Name]
+		if !ok {
+			t.Errorf("stream %s is not described in streamHolds (events/catalog_doc_test.go)", cfg.Name)
+		}
+		kept := "forever"
+		if cfg.MaxAge > 0 {
+			kept = fmt.Sprintf("%d days", int(cfg.MaxAge/(24*time.Hour)))
+		}
+		if cfg.MaxBytes > 0 {
+			kept += fmt.Sprintf(", at most %d GiB (oldest dropped first)", cfg.MaxBytes>>30)
+		}
+		subjects := "`" + strings.Join(cfg.Subjects, "`, `") + "`"
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %d minutes |\n", cfg.Name, subjects, holds, kept, int(cfg.Duplicates/time.Minute))
+	}
+	return b.String()
+}
+
+// TestEventsDocStreams: docs/EVENTS.md lists every stream with the
+// subjects, retention and duplicate window events.Provision gives it, and
+// docs/OPERATIONS.md and docs/ARCHITECTURE.md name every stream, every
+// subject it captures and every bucket, so none of them goes stale when
+// the topology changes.
+func TestEventsDocStreams(t *testing.T) {
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i, j := strings.Index(s, streamsBegin), strings.Index(s, streamsEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %s … %s section", docPath, streamsBegin, streamsEnd)
+	}
+	table := streamsTable(t)
+	if *updateDoc {
+		s = s[:i+len(streamsBegin)] + "\n" + table + s[j:]
+		if err := os.WriteFile(docPath, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if strings.TrimSpace(s[i+len(streamsBegin):j]) != strings.TrimSpace(table) {
+		t.Errorf("the streams table in %s is out of date; run: go test ./events -run EventsDoc -update-doc", docPath)
+	}
+	topo := events.DefaultTopology()
+	for _, name := range []string{"../docs/OPERATIONS.md", "../docs/ARCHITECTURE.md"} {
+		doc, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cfg := range []jetstream.StreamConfig{topo.EventStreamConfig(), topo.DLQStreamConfig()} {
+			if !strings.Contains(string(doc), cfg.Name) {
+				t.Errorf("%s does not name the stream %s", name, cfg.Name)
+			}
+			if name == "../docs/OPERATIONS.md" && cfg.Name == events.EventStream {
+				for _, subj := range cfg.Subjects {
+					if !strings.Contains(string(doc), "`"+subj+"`") {
+						t.Errorf("%s does not list the subject `%s` of %s", name, subj, cfg.Name)
+					}
+				}
+			}
+		}
+		for _, b := range readmodel.Buckets() {
+			if !strings.Contains(string(doc), b.Name) {
+				t.Errorf("%s does not name the bucket %s", name, b.Name)
+			}
+		}
+	}
 }

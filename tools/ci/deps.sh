@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: tmux for the terminal tests,
 # Node.js and the JavaScript agent's npm packages for the outside-client
-# test. Safe to run repeatedly; does nothing when everything is present.
+# test, and for the doc test the nats CLI (the docs show nats commands),
+# python3 and pgrep.
+# Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 need=()
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The doc test: AGENTS.md quotes a skill as JSON with python3; the test's
+# per-command time limit uses pgrep.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""
@@ -21,4 +27,12 @@ agent=examples/agent-js
 if [ ! -d "$agent/node_modules/@nats-io/transport-node" ] || [ "$agent/package-lock.json" -nt "$agent/node_modules/.package-lock.json" ]; then
   echo "installing the JavaScript agent's packages (npm ci)"
   npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error
+fi
+# The doc test (tools/heed, TestDocsCommands) runs the nats commands the
+# docs show; the nats CLI comes through the Go module proxy.
+gobin="$(go env GOBIN)"
+[ -n "$gobin" ] || gobin="$(go env GOPATH | cut -d: -f1)/bin"
+if ! command -v nats >/dev/null 2>&1 && [ ! -x "$gobin/nats" ]; then
+  echo "installing the nats CLI (go install github.com/nats-io/natscli/nats@v0.5.1)"
+  go install github.com/nats-io/natscli/nats@v0.5.1
 fi

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -392,7 +392,9 @@ func systemPassword(dir string) (string, error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", err
 	}
-	p := base64.RawURLEncoding.EncodeToString(raw[:])
+	// Hex, so that the password never starts with "-" (a command line
+	// such as nats --password "$(cat …)" would read it as a flag).
+	p := hex.EncodeToString(raw[:])
 	if err := os.WriteFile(path, []byte(p+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("system user password: %w", err)
 	}
