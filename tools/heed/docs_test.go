@@ -305,7 +305,7 @@ func TestDocsFlagsExist(t *testing.T) {
 		files, _ := filepath.Glob(filepath.Join(repoRoot, g))
 		sources = append(sources, files...)
 	}
-	defRE := regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Duration|Float64|Var|StringVar|BoolVar|IntVar|DurationVar)\("([a-z][a-z-]*)"`)
+	defRE := regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint64|Duration|Float64|Var|StringVar|BoolVar|IntVar|Uint64Var|DurationVar)P?\((?:&[\w.]+,\s*)?"([a-z][a-z-]*)"`)
 	for _, f := range sources {
 		src, err := os.ReadFile(f)
 		if err != nil {
