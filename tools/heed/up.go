@@ -186,7 +186,7 @@ type writer interface{ Write([]byte) (int, error) }
 func upNATSURL(flagURL string, embed bool, out writer) (string, error) {
 	if flagURL != "" {
 		if embed {
-			return "", &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("--nats-url uses a running NATS server, --data and --nats-listen are for the embedded one: give one or the other")}
+			return "", &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: "--nats-url uses a running NATS server, --data and --nats-listen are for the embedded one: give one or the other"}
 		}
 		return flagURL, nil
 	}
