@@ -723,7 +723,7 @@ func indent(s string) string {
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
 }
 
-// startProcIn is startProc with a working directory.
+// startProcIn is startProc with a working directory ("" is the test's).
 func startProcIn(t *testing.T, dir, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
@@ -740,6 +740,7 @@ func startProcIn(t *testing.T, dir, name string, args ...string) *proc {
 	}()
 	t.Cleanup(func() {
 		if !p.exited() {
+			// Every long-running heed command stops cleanly on Ctrl-C.
 			_ = p.cmd.Process.Signal(syscall.SIGINT)
 			select {
 			case <-p.done:

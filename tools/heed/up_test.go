@@ -118,35 +118,7 @@ func childEnv() []string {
 // logged.
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(heedBin, args...)
-	p.cmd.Env = childEnv()
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			// Every long-running heed command stops cleanly on Ctrl-C.
-			_ = p.cmd.Process.Signal(syscall.SIGINT)
-			select {
-			case <-p.done:
-				p.checkCleanExit(syscall.SIGINT)
-			case <-time.After(10 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-				t.Errorf("%s did not exit within 10s of SIGINT; killed", p.name)
-			}
-		}
-		if t.Failed() {
-			p.dump()
-		}
-	})
-	return p
+	return startProcIn(t, "", name, args...)
 }
 
 // checkCleanExit reports an exit status other than 0 after sig, and errors
