@@ -23,7 +23,9 @@ type AnswerRecord struct {
 	Source  string
 	At      time.Time
 	Data    events.ConfirmAnsweredData
-	Refusal *Refusal // nil: this is the answer that took effect
+	Refusal *Refusal // nil: this is the answer that took effect, or a counted vote
+	// Counted: a vote towards the quorum that did not itself take effect.
+	Counted bool
 }
 
 // State is a confirmation as its events tell it.
@@ -110,13 +112,14 @@ func (s *State) Apply(ev *events.Event, seq uint64) (*Refusal, error) {
 			}
 		}
 		r := s.Gate.Answer(ev.ID(), &d, ev.Time(), seq)
-		if r == nil {
+		counted := r == nil && s.Gate.Winner == nil
+		if r == nil && !counted {
 			s.Answer, s.AnswerID, s.AnsweredAt = &d, ev.ID(), ev.Time()
 		}
 		if seq > 0 {
 			s.bySeq[seq] = len(s.Answers)
 		}
-		s.Answers = append(s.Answers, AnswerRecord{Seq: seq, EventID: ev.ID(), Source: ev.Source(), At: ev.Time(), Data: d, Refusal: r})
+		s.Answers = append(s.Answers, AnswerRecord{Seq: seq, EventID: ev.ID(), Source: ev.Source(), At: ev.Time(), Data: d, Refusal: r, Counted: counted})
 		return r, nil
 	case events.ConfirmExpired:
 		var d events.ConfirmExpiredData
