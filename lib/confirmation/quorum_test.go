@@ -1,15 +1,19 @@
 package confirmation_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/eventstest"
 )
 
 func quorumRequest(required int, veto ...string) events.ConfirmRequestedData {
@@ -183,6 +187,60 @@ func TestValidateQuorum(t *testing.T) {
 		got := confirmation.Validate(&req)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: Validate = %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+// TestAnswerVotesRace: concurrent votes through Answer race on the
+// expected-sequence guard; a loser is judged again from the log. With 2 of
+// 3 needed and 6 rounds of 3 voters at once, every round ends with one
+// counted vote, one that takes effect and one already answered (the
+// router's tests check that a vote leaves the deadline running).
+func TestAnswerVotesRace(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for round := range 6 {
+		id := fmt.Sprintf("q%d", round)
+		ev, err := events.NewEvent(events.ConfirmRequested, id, id+"/requested", "test", quorumRequest(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.Publish(ctx, &ev); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		got := map[string]int{}
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for _, by := range []string{"alice", "bob", "carol"} {
+			wg.Go(func() {
+				<-release
+				st, err := confirmation.Answer(ctx, bus, "test", id, vote(by, "approve"))
+				mu.Lock()
+				defer mu.Unlock()
+				var aa *confirmation.AlreadyAnswered
+				switch {
+				case errors.As(err, &aa):
+					got["late"]++
+				case err != nil:
+					t.Errorf("%s: %v", by, err)
+				case st.Answer == nil:
+					got["counted"]++
+				default:
+					got["effect"]++
+				}
+			})
+		}
+		close(release)
+		wg.Wait()
+		if got["counted"] != 1 || got["effect"] != 1 || got["late"] != 1 {
+			t.Fatalf("round %d: %v; want one counted, one effect, one late", round, got)
+		}
+		st, err := confirmation.Load(ctx, bus, id)
+		if err != nil || st.Answer == nil || len(st.Answers) != 2 || !st.Answers[0].Counted || len(st.Gate.Winner.Votes) != 2 {
+			t.Fatalf("round %d: log %+v %v", round, st, err)
 		}
 	}
 }

@@ -58,6 +58,7 @@ func New(id string) *State {
 // the other alone.
 func (s *State) Clone() *State {
 	c := *s
+	c.Gate.Votes = slices.Clone(s.Gate.Votes) // votes are appended to
 	c.Answers = slices.Clone(s.Answers)
 	c.bySeq = maps.Clone(s.bySeq)
 	c.Reported = maps.Clone(s.Reported)
