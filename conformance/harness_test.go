@@ -557,6 +557,10 @@ type indexEntry struct {
 	Channel  string `json:"channel"`
 	AnswerID string `json:"answer_id"`
 	Refused  int    `json:"refused"`
+	Votes    []struct {
+		Choice string `json:"choice"`
+		By     string `json:"by"`
+	} `json:"votes"`
 }
 
 // readIndex reads heed_index key: an envelope {"seq": N, "value": {...}}.

@@ -186,6 +186,17 @@ type ConfirmRequestedData struct {
 	Step            string         `json:"step,omitempty"`
 	Index           *int           `json:"index,omitempty"`
 	Context         map[string]any `json:"context,omitempty"`
+	// Approvers, when set, are the only ones whose answers count.
+	Approvers []string `json:"approvers,omitempty"`
+	// Quorum, when set, makes each answer a vote.
+	Quorum *Quorum `json:"quorum,omitempty"`
+}
+
+// Quorum asks for Required distinct voters choosing the same option
+// before it takes effect; an option in Veto takes effect on its first vote.
+type Quorum struct {
+	Required int      `json:"required"`
+	Veto     []string `json:"veto,omitempty"`
 }
 
 // Answer methods: how a confirmation was decided.

@@ -123,6 +123,21 @@ type AnswerReply struct {
 	Channel string    `json:"channel,omitempty"`
 	RunID   string    `json:"run_id,omitempty"`
 	At      time.Time `json:"at"`
+	// Counted: the answer was counted as a vote but the quorum is not
+	// reached yet (nothing took effect).
+	Counted bool `json:"counted,omitempty"`
+	// Votes counted so far for the confirmation (with a quorum).
+	Votes []Vote `json:"votes,omitempty"`
+	// Needed is how many more votes Choice still needs.
+	Needed int `json:"needed,omitempty"`
+}
+
+// Vote is one counted vote towards a quorum.
+type Vote struct {
+	Choice  string    `json:"choice"`
+	By      string    `json:"by"`
+	Channel string    `json:"channel,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // LearnFix teaches the healer a fix by hand (heed.cmd.fix.learn): when Tool

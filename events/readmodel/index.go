@@ -1,6 +1,11 @@
 package readmodel
 
-import "time"
+import (
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+)
 
 // IndexKey is the heed_index key of an aggregate.
 func IndexKey(kind, id string) string { return kind + "." + id }
@@ -37,6 +42,11 @@ type IndexEntry struct {
 	Channel  string   `json:"channel,omitempty"`
 	AnswerID string   `json:"answer_id,omitempty"`
 	Refused  int      `json:"refused,omitempty"`
+	// Who may answer and the quorum, as the request names them, and the
+	// votes counted so far (partial approvals are visible).
+	Approvers []string       `json:"approvers,omitempty"`
+	Quorum    *events.Quorum `json:"quorum,omitempty"`
+	Votes     []command.Vote `json:"votes,omitempty"`
 }
 
 // Index statuses. Runs: requested, running, paused, completed, failed,

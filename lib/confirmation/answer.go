@@ -79,7 +79,13 @@ func (w WithEventID) applyAnswer(c *answerConfig) { c.eventID = string(w) }
 // with code conflict naming the winner (errors.As to *AlreadyAnswered).
 // A choice that is not an option, or a run_id that is not the request's,
 // is refused with invalid_request; an answer after the deadline with
-// conflict.
+// conflict; an answer by someone the request's approvers do not name
+// with invalid_request (not_allowed), a second vote by the same voter with
+// conflict (already_voted), the cause a *Refusal in both cases.
+//
+// With a quorum the answer written may be a vote that does not take
+// effect yet: then the returned state's Answer is nil and the last of its
+// Answers is this vote, Counted.
 func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.ConfirmAnsweredData, opts ...AnswerOption) (*State, error) {
 	var cfg answerConfig
 	for _, o := range opts {
@@ -119,6 +125,10 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 				return st, conflict(id, r.Winner)
 			case RefusedExpired:
 				return st, events.Errorf(events.CodeConflict, "confirmation %s expired at %s; its default %q applies", id, st.Expired.Deadline.UTC().Format(time.RFC3339), st.Gate.Default)
+			case RefusedNotAllowed:
+				return st, &events.Error{Code: events.CodeInvalidRequest, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
+			case RefusedVoted:
+				return st, &events.Error{Code: events.CodeConflict, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			default:
 				return st, events.Errorf(events.CodeInvalidRequest, "confirmation %s: %s", id, r.Reason)
 			}
@@ -134,9 +144,13 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		if err != nil {
 			return nil, err
 		}
-		ack, err := bus.Publish(ctx, &ev,
-			events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq},
-			events.PurgeSchedule{Subject: ScheduleSubject(id)})
+		opts := []events.PublishOption{events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq}}
+		if st.Gate.Decides(&a) {
+			// Only the answer that takes effect ends the deadline; a vote
+			// leaves it running.
+			opts = append(opts, events.PurgeSchedule{Subject: ScheduleSubject(id)})
+		}
+		ack, err := bus.Publish(ctx, &ev, opts...)
 		if err != nil {
 			return nil, err
 		}

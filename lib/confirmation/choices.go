@@ -100,6 +100,40 @@ func Validate(req *events.ConfirmRequestedData) string {
 	if req.Default != "" && !seen[req.Default] {
 		return "default " + req.Default + " is not one of the options"
 	}
+	return validateQuorum(req.Approvers, req.Quorum, seen)
+}
+
+// validateQuorum checks approvers and a quorum against each other and the
+// options (values): a quorum no set of approvers can reach, or a veto
+// that is not an option, could never be answered as asked.
+func validateQuorum(approvers []string, q *events.Quorum, options map[string]bool) string {
+	named := map[string]bool{}
+	for _, a := range approvers {
+		if strings.TrimSpace(a) == "" {
+			return "an approver is empty"
+		}
+		if hasControl(a) {
+			return fmt.Sprintf("approver %q contains control characters", a)
+		}
+		if named[a] {
+			return "approver " + a + " appears twice"
+		}
+		named[a] = true
+	}
+	if q == nil {
+		return ""
+	}
+	if q.Required < 2 {
+		return fmt.Sprintf("quorum.required is %d; a quorum needs at least 2 (leave it out for a single answer)", q.Required)
+	}
+	if len(approvers) > 0 && q.Required > len(approvers) {
+		return fmt.Sprintf("quorum.required is %d but only %d approvers are named", q.Required, len(approvers))
+	}
+	for _, v := range q.Veto {
+		if !options[v] {
+			return "veto " + v + " is not one of the options"
+		}
+	}
 	return ""
 }
 

@@ -23,7 +23,9 @@ type AnswerRecord struct {
 	Source  string
 	At      time.Time
 	Data    events.ConfirmAnsweredData
-	Refusal *Refusal // nil: this is the answer that took effect
+	Refusal *Refusal // nil: this is the answer that took effect, or a counted vote
+	// Counted: a vote towards the quorum that did not itself take effect.
+	Counted bool
 }
 
 // State is a confirmation as its events tell it.
@@ -56,6 +58,7 @@ func New(id string) *State {
 // the other alone.
 func (s *State) Clone() *State {
 	c := *s
+	c.Gate.Votes = slices.Clone(s.Gate.Votes) // votes are appended to
 	c.Answers = slices.Clone(s.Answers)
 	c.bySeq = maps.Clone(s.bySeq)
 	c.Reported = maps.Clone(s.Reported)
@@ -110,13 +113,14 @@ func (s *State) Apply(ev *events.Event, seq uint64) (*Refusal, error) {
 			}
 		}
 		r := s.Gate.Answer(ev.ID(), &d, ev.Time(), seq)
-		if r == nil {
+		counted := r == nil && s.Gate.Winner == nil
+		if r == nil && !counted {
 			s.Answer, s.AnswerID, s.AnsweredAt = &d, ev.ID(), ev.Time()
 		}
 		if seq > 0 {
 			s.bySeq[seq] = len(s.Answers)
 		}
-		s.Answers = append(s.Answers, AnswerRecord{Seq: seq, EventID: ev.ID(), Source: ev.Source(), At: ev.Time(), Data: d, Refusal: r})
+		s.Answers = append(s.Answers, AnswerRecord{Seq: seq, EventID: ev.ID(), Source: ev.Source(), At: ev.Time(), Data: d, Refusal: r, Counted: counted})
 		return r, nil
 	case events.ConfirmExpired:
 		var d events.ConfirmExpiredData

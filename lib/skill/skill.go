@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +111,17 @@ type Confirm struct {
 	Default         string
 	AIAssist        bool
 	LearnPreference bool
+	// Approvers, when given, are the only ones whose answers count.
+	Approvers []string
+	// Quorum: Required distinct answers for the same option (a vote for a
+	// Veto option takes effect at once). Nil: the first answer decides.
+	Quorum *Quorum
+}
+
+// Quorum is a confirm step's quorum.
+type Quorum struct {
+	Required int
+	Veto     []string
 }
 
 // Option is one answer to a confirmation.
@@ -442,7 +454,7 @@ func (l *loader) duration(n *yaml.Node, what string) time.Duration {
 }
 
 func (l *loader) confirm(n *yaml.Node, sc scope, what string) *Confirm {
-	_, f := l.fields(n, what+" confirm", "title", "message", "options", "timeout", "default", "ai_assist", "learn_preference")
+	_, f := l.fields(n, what+" confirm", "title", "message", "options", "timeout", "default", "ai_assist", "learn_preference", "approvers", "quorum")
 	if f == nil {
 		return nil
 	}
@@ -508,7 +520,73 @@ func (l *loader) confirm(n *yaml.Node, sc scope, what string) *Confirm {
 	}
 	c.AIAssist = l.boolean(f["ai_assist"], "ai_assist")
 	c.LearnPreference = l.boolean(f["learn_preference"], "learn_preference")
+	c.Approvers = l.approvers(f["approvers"], what)
+	c.Quorum = l.quorum(f["quorum"], c, what)
 	return c
+}
+
+// approvers reads a confirm step's approvers: a list of distinct,
+// non-empty names.
+func (l *loader) approvers(n *yaml.Node, what string) []string {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errs.add(l.pos(n), "%s: approvers must be a non-empty list of names", what)
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range n.Content {
+		v := strings.TrimSpace(l.str(a, what+" approver"))
+		switch {
+		case v == "":
+			l.errs.add(l.pos(a), "%s: an approver is empty", what)
+		case seen[v]:
+			l.errs.add(l.pos(a), "%s: approver %q appears twice", what, v)
+		default:
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// quorum reads a confirm step's quorum: required between 2 and the number
+// of approvers (when named), and veto values that are options.
+func (l *loader) quorum(n *yaml.Node, c *Confirm, what string) *Quorum {
+	if n == nil {
+		return nil
+	}
+	_, f := l.fields(n, what+" quorum", "required", "veto")
+	if f == nil {
+		return nil
+	}
+	q := &Quorum{}
+	if r := f["required"]; r == nil {
+		l.errs.add(l.pos(n), "%s: quorum needs required (how many distinct approvers must agree)", what)
+	} else if r.Kind != yaml.ScalarNode || r.Decode(&q.Required) != nil {
+		l.errs.add(l.pos(r), "%s: quorum.required must be a whole number", what)
+	} else if q.Required < 2 || q.Required > 100 {
+		l.errs.add(l.pos(r), "%s: quorum.required is %d; it must be between 2 and 100 (leave quorum out for a single answer)", what, q.Required)
+	} else if len(c.Approvers) > 0 && q.Required > len(c.Approvers) {
+		l.errs.add(l.pos(r), "%s: quorum.required is %d but only %d approvers are named", what, q.Required, len(c.Approvers))
+	}
+	if v := f["veto"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			l.errs.add(l.pos(v), "%s: quorum.veto must be a list of option values", what)
+		} else {
+			for _, vn := range v.Content {
+				val := l.str(vn, what+" veto")
+				if !slices.ContainsFunc(c.Options, func(o Option) bool { return o.Value == val }) {
+					l.errs.add(l.pos(vn), "%s: veto %q is not one of the option values", what, val)
+					continue
+				}
+				q.Veto = append(q.Veto, val)
+			}
+		}
+	}
+	return q
 }
 
 func (l *loader) value(n *yaml.Node, sc scope, what string) *Value {

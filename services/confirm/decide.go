@@ -26,6 +26,7 @@ type routeDecision struct {
 // --yes override, an operator rule, a learned preference (prefs looks it
 // up), the run's agent (ai_assist), and otherwise people on every channel
 // until the deadline, counted from requestedAt. now is when it is decided.
+// A request that names its approvers or a quorum goes to people only.
 // It performs no effect.
 func decideRoute(cfg Config, id string, req *events.ConfirmRequestedData, requestedAt, now time.Time, prefs func(*events.ConfirmRequestedData) (readmodel.Pref, bool)) (routeDecision, error) {
 	var dec routeDecision
@@ -37,6 +38,12 @@ func decideRoute(cfg Config, id string, req *events.ConfirmRequestedData, reques
 		// Nothing can be offered: answer it as an error with the safest
 		// choice so whoever waits is not left hanging.
 		return answer(events.ConfirmAnsweredData{Choice: confirmation.SafeChoice(req), Method: events.MethodError, By: Source, Reason: "invalid request: " + problem}, "error")
+	}
+	if len(req.Approvers) > 0 || req.Quorum != nil {
+		// The request names who decides: no standing decision (override,
+		// rule, remembered choice, agent) answers for them.
+		dec.Deadline = cfg.Deadline(requestedAt, req.TimeoutS)
+		return dec, nil
 	}
 	if req.Yes {
 		return answer(events.ConfirmAnsweredData{Choice: confirmation.ProceedChoice(req), Method: events.MethodOverride, By: Source, Reason: "--yes override"}, "override")

@@ -87,6 +87,22 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 		}
 		return nil, err
 	}
+	return answerReply(in.ID, st), nil
+}
+
+// answerReply is what Answer wrote: the answer that took effect or, with
+// a quorum, the vote counted (then the last of the state's answers), with
+// the votes so far and how many more its choice needs.
+func answerReply(id string, st *confirmation.State) command.AnswerReply {
+	var votes []command.Vote
+	for _, v := range st.Gate.Votes {
+		votes = append(votes, command.Vote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
+	}
+	if st.Answer == nil && len(st.Answers) > 0 {
+		a := st.Answers[len(st.Answers)-1]
+		return command.AnswerReply{ID: id, EventID: a.EventID, Seq: a.Seq, Choice: a.Data.Choice, Method: a.Data.Method, By: a.Data.By, Channel: a.Data.Channel, RunID: a.Data.RunID, At: a.At.UTC(),
+			Counted: true, Votes: votes, Needed: st.Gate.Needed(a.Data.Choice)}
+	}
 	var seq uint64
 	for _, a := range st.Answers {
 		if a.EventID == st.AnswerID {
@@ -94,7 +110,7 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 		}
 	}
 	a := st.Answer
-	return command.AnswerReply{ID: in.ID, EventID: st.AnswerID, Seq: seq, Choice: a.Choice, Method: a.Method, By: a.By, Channel: a.Channel, RunID: a.RunID, At: st.AnsweredAt.UTC()}, nil
+	return command.AnswerReply{ID: id, EventID: st.AnswerID, Seq: seq, Choice: a.Choice, Method: a.Method, By: a.By, Channel: a.Channel, RunID: a.RunID, At: st.AnsweredAt.UTC(), Votes: votes}
 }
 
 // deadlineBody is the plain JSON a deadline's schedule carries (and its

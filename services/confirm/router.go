@@ -297,6 +297,9 @@ func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *c
 		r.log.Info("answer refused", "confirm", id, "answer", a.EventID, "by", a.Data.By, "code", a.Refusal.Code, "reason", a.Refusal.Reason)
 		return []events.Event{ev}, nil
 	}
+	if a.Counted {
+		return nil, nil // a vote: the deadline runs on until the quorum is reached
+	}
 	// heed's own writers cancel the deadline in the answer's write; an
 	// answer published straight to the log did not.
 	if d.Header().Get("Nats-Scheduler") != confirmation.ScheduleSubject(id) {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/runstate"
@@ -89,7 +90,7 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 			return nil // an id is asked once; a second request changes nothing
 		}
 		g.Request(&d)
-		e.RunID, e.Options, e.Default = g.RunID, g.Options, g.Default
+		e.RunID, e.Options, e.Default, e.Approvers, e.Quorum = g.RunID, g.Options, g.Default, g.Approvers, g.Quorum
 		if e.Skill == "" {
 			e.Skill = d.Skill
 		}
@@ -115,9 +116,13 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 		if err := json.Unmarshal(ev.Data(), &d); err != nil {
 			return events.Poison(err)
 		}
-		if r := g.Judge(&d); r != nil {
+		if r := g.Answer(ev.ID(), &d, ev.Time(), 0); r != nil {
 			e.Refused++
 			return nil
+		}
+		e.Votes = votesOf(g)
+		if g.Winner == nil {
+			return nil // a vote towards the quorum
 		}
 		e.Status, e.Choice, e.Method, e.By, e.Channel, e.AnswerID = readmodel.StatusAnswered, d.Choice, d.Method, d.By, d.Channel, ev.ID()
 	}
@@ -137,7 +142,19 @@ func gateOf(e *readmodel.IndexEntry, applying string) *confirmation.Gate {
 	if e.AnswerID != "" {
 		g.Winner = &confirmation.Winner{EventID: e.AnswerID, Choice: e.Choice, Method: e.Method, By: e.By}
 	}
+	g.Approvers, g.Quorum = e.Approvers, e.Quorum
+	for _, v := range e.Votes {
+		g.Votes = append(g.Votes, confirmation.Vote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
+	}
 	return g
+}
+
+func votesOf(g *confirmation.Gate) []command.Vote {
+	var out []command.Vote
+	for _, v := range g.Votes {
+		out = append(out, command.Vote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
+	}
+	return out
 }
 
 // status is the state machine of the index's status field: a run's is the

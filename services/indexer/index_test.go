@@ -98,3 +98,30 @@ func TestIndexEntryFromBeforeOptions(t *testing.T) {
 		t.Errorf("entry = %+v; want alice's answer a1 and one refused", e)
 	}
 }
+
+// TestIndexKeepsVotes: partial approvals are visible in the entry, and
+// only the vote that completes the quorum answers it.
+func TestIndexKeepsVotes(t *testing.T) {
+	s := mapStore{}
+	apply(t, s, events.ConfirmRequested, "c1", "c1/requested", events.ConfirmRequestedData{
+		Message: "Scale?", Requester: "heed/runner", RunID: "r1",
+		Options:   []events.Option{{Label: "Approve", Value: "approve"}, {Label: "Deny", Value: "deny"}},
+		Approvers: []string{"alice", "bob", "carol"}, Quorum: &events.Quorum{Required: 2},
+	})
+	vote := func(eventID, by string) {
+		apply(t, s, events.ConfirmAnswered, "c1", eventID, events.ConfirmAnsweredData{Choice: "approve", Method: events.MethodUser, By: by})
+	}
+	vote("a1", "mallory") // not an approver
+	vote("a2", "alice")
+	vote("a3", "alice") // voted already
+	e := entry(t, s, "confirm.c1")
+	if !e.Open() || e.Refused != 2 || len(e.Votes) != 1 || e.Votes[0].By != "alice" || e.Quorum == nil || len(e.Approvers) != 3 {
+		t.Fatalf("after alice's vote: %+v", e)
+	}
+	vote("a4", "bob")
+	vote("a5", "carol") // after the quorum
+	e = entry(t, s, "confirm.c1")
+	if e.Status != readmodel.StatusAnswered || e.By != "bob" || e.AnswerID != "a4" || len(e.Votes) != 2 || e.Refused != 3 {
+		t.Errorf("after the quorum: %+v; want bob's a4 with 2 votes, 3 refused", e)
+	}
+}

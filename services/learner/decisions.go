@@ -91,6 +91,11 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		if p.Gate.Answer(ev.ID(), &a, ev.Time(), 0) != nil {
 			return nil // refused: only the answer that took effect counts
 		}
+		if p.Gate.Open() {
+			// A vote towards the quorum: kept, counted once the quorum
+			// decides.
+			return s.Put(ctx, "req."+ev.Subject(), p)
+		}
 		key := readmodel.DecisionKey(p.Operation, p.Scope)
 		var dec readmodel.Decision
 		if _, err := s.Get(ctx, key, &dec); err != nil {

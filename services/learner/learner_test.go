@@ -505,3 +505,30 @@ func TestFixThatCannotApplyIsRefused(t *testing.T) {
 		t.Errorf("the store holds %v, want nothing", keys(s))
 	}
 }
+
+// TestDecisionCountedOnceWithQuorum: with a quorum the decision is the
+// answer that takes effect, counted once; votes and refused answers are not
+// decisions.
+func TestDecisionCountedOnceWithQuorum(t *testing.T) {
+	p := learner.DecisionsProjection{}
+	s := mapStore{}
+	idx := 0
+	apply(t, p, s, events.ConfirmRequested, "q1", 0, events.ConfirmRequestedData{Message: "scale?", Options: []events.Option{{Label: "Go", Value: "proceed"}, {Label: "No", Value: "cancel"}},
+		Requester: "heed/runner", RunID: "run1", Skill: "scale_down", Step: "confirm_scale", Index: &idx,
+		Approvers: []string{"alice", "bob", "carol"}, Quorum: &events.Quorum{Required: 2}})
+	count := func() int {
+		var d readmodel.Decision
+		_, _ = s.Get(context.Background(), readmodel.DecisionKey("scale_down/confirm_scale", "default"), &d)
+		return d.Count
+	}
+	for i, by := range []string{"mallory", "alice", "alice", "bob", "carol"} {
+		apply(t, p, s, events.ConfirmAnswered, "q1", time.Duration(i+1)*time.Second, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: by, RunID: "run1"})
+		want := 0
+		if i >= 3 {
+			want = 1 // bob's vote completes the quorum
+		}
+		if got := count(); got != want {
+			t.Fatalf("after %s's answer: %d decisions, want %d", by, got, want)
+		}
+	}
+}

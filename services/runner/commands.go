@@ -301,11 +301,15 @@ func (c *commands) continueRun(ctx context.Context, req *command.ContinueRun) (a
 		if req.Choice == "" {
 			return nil, events.Errorf(events.CodeInvalidRequest, "continue needs a choice for confirmation %s", paused.ConfirmID)
 		}
-		_, err := confirmation.Answer(ctx, c.e.bus, Source, paused.ConfirmID, events.ConfirmAnsweredData{
+		st, err := confirmation.Answer(ctx, c.e.bus, Source, paused.ConfirmID, events.ConfirmAnsweredData{
 			Choice: req.Choice, Method: events.MethodAgent, By: actor(req.By), Channel: "agent", Reason: req.Reason,
 		})
 		if err != nil {
 			return nil, err
+		}
+		if st.Answer == nil {
+			// A vote towards the confirmation's quorum: still paused.
+			return command.RunReply{RunID: r.ID, ConfirmID: paused.ConfirmID, Status: runstate.StatusPaused}, nil
 		}
 		return command.RunReply{RunID: r.ID, ConfirmID: paused.ConfirmID, Status: runstate.StatusRunning}, nil
 	}

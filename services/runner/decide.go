@@ -444,7 +444,10 @@ func (d *decider) askConfirm(r *runstate.Run, i, attempt int, em *emitter) {
 		Title: title, Message: msg, Options: opts, Default: c.Default, TimeoutS: c.Timeout.Seconds(),
 		AIAssist: c.AIAssist, LearnPreference: c.LearnPreference, Yes: r.Yes, Requester: Source, Agent: r.Agent,
 		RunID: r.ID, Skill: r.SkillName, Step: st.Name, Index: &idx,
-		Context: confirmContext(r, i),
+		Context: confirmContext(r, i), Approvers: c.Approvers,
+	}
+	if c.Quorum != nil {
+		req.Quorum = &events.Quorum{Required: c.Quorum.Required, Veto: c.Quorum.Veto}
 	}
 	ev, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested", Source, req)
 	if err != nil {

@@ -312,7 +312,7 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 		return false, err
 	}
 	a, ok := st.AnswerAt(d.Seq)
-	if !ok || a.Refusal != nil || st.Gate.RunID == "" {
+	if !ok || a.Refusal != nil || a.Counted || st.Gate.RunID == "" {
 		return false, nil
 	}
 	if st.Gate.RunID != id {

@@ -107,6 +107,7 @@ line.`,
 			// Judge every answer as every reader does: only the first valid
 			// one took effect.
 			refused := map[uint64]string{}
+			counted := map[uint64]string{} // votes towards a quorum
 			folds := map[string]*confirmation.State{}
 			for _, it := range items {
 				if it.ev == nil || events.Type(it.ev.Type()).Kind() != "confirm" {
@@ -117,8 +118,14 @@ line.`,
 					st = confirmation.New(it.ev.Subject())
 					folds[it.ev.Subject()] = st
 				}
-				if r, err := st.Apply(it.ev, it.seq); err == nil && r != nil {
+				r, err := st.Apply(it.ev, it.seq)
+				switch {
+				case err == nil && r != nil:
 					refused[it.seq] = r.Reason
+				case err == nil && events.Type(it.ev.Type()) == events.ConfirmAnswered:
+					if a, ok := st.AnswerAt(it.seq); ok && a.Counted {
+						counted[it.seq] = fmt.Sprintf("%d more for %s needed", st.Gate.Needed(a.Data.Choice), a.Data.Choice)
+					}
 				}
 			}
 			t := newTable(out)
@@ -131,6 +138,9 @@ line.`,
 				detail := summarize(it.ev)
 				if why, ok := refused[it.seq]; ok {
 					detail += "  " + pal.red("✗ refused: "+why)
+				}
+				if why, ok := counted[it.seq]; ok {
+					detail += "  vote counted: " + why
 				}
 				t.row(fmt.Sprint(it.seq), it.ev.Time().Local().Format("15:04:05.000"), pal.eventType(it.ev.Type()), it.ev.Subject(), detail)
 			}

@@ -235,7 +235,7 @@ unless --yes answers with the proceed option.`,
 				start := time.Now()
 				var a command.AnswerReply
 				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: whoami(), Channel: "cli", Reason: "--yes"})
-				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start)}
+				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start), Counted: a.Counted}
 			} else {
 				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout(), g.palette(cmd))
 				if errors.Is(err, errNoTerminal) {
@@ -253,6 +253,10 @@ unless --yes answers with the proceed option.`,
 				printJSON(cmd.OutOrStdout(), res)
 				return nil
 			}
+			if res.Counted {
+				fmt.Fprintf(cmd.OutOrStdout(), "vote counted: %s by %s; the quorum is not reached yet (heed confirm show %s)\n", res.Choice, res.By, id)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "→ %s (%s by %s, %s)\n", res.Choice, res.Method, res.By, humanDuration(res.Duration))
 			return nil
 		},
@@ -265,6 +269,10 @@ unless --yes answers with the proceed option.`,
 	answer := &cobra.Command{
 		Use:   "answer CONFIRM-ID CHOICE",
 		Short: "Answer a confirmation (the first answer wins; later ones are refused)",
+		Long: `Answer a confirmation: the first valid answer takes effect and later ones are
+refused. A confirmation that names its approvers takes answers from them only
+(--by); one with a quorum counts each answer as a vote until enough approvers
+agree, and prints "vote counted: 1 of 2 for approve (alice)" meanwhile.`,
 		Example: `  heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 proceed
   heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 cancel --reason "release freeze"
   heed confirm answer 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1 proceed --remember skill_step`,
@@ -282,7 +290,15 @@ unless --yes answers with the proceed option.`,
 				printJSON(cmd.OutOrStdout(), a)
 				return nil
 			}
+			if a.Counted {
+				have, of := tally(a.Votes, a.Choice, a.Needed)
+				fmt.Fprintf(cmd.OutOrStdout(), "vote counted: %d of %d for %s (%s)\n", len(have), of, a.Choice, strings.Join(have, ", "))
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "answered %s: %s (by %s)\n", a.ID, a.Choice, a.By)
+			if have, _ := tally(a.Votes, a.Choice, 0); len(have) > 1 {
+				fmt.Fprintf(cmd.OutOrStdout(), "quorum reached: %s\n", strings.Join(have, ", "))
+			}
 			return nil
 		}),
 	}
@@ -430,6 +446,7 @@ type confirmView struct {
 	Expired     *events.ConfirmExpiredData   `json:"expired,omitempty"`
 	Delegated   *events.ConfirmDelegatedData `json:"delegated,omitempty"`
 	Answers     []answerView                 `json:"answers,omitempty"`
+	Votes       []confirmation.Vote          `json:"votes,omitempty"`
 }
 
 // answerView is one answer event and its verdict.
@@ -440,6 +457,7 @@ type answerView struct {
 	At      time.Time                  `json:"at"`
 	Data    events.ConfirmAnsweredData `json:"data"`
 	Refusal *confirmation.Refusal      `json:"refusal,omitempty"`
+	Counted bool                       `json:"counted,omitempty"`
 }
 
 func newConfirmView(st *confirmation.State) confirmView {
@@ -454,8 +472,9 @@ func newConfirmView(st *confirmation.State) confirmView {
 		v.Status = "waiting"
 	}
 	for _, a := range st.Answers {
-		v.Answers = append(v.Answers, answerView{Seq: a.Seq, EventID: a.EventID, Source: a.Source, At: a.At, Data: a.Data, Refusal: a.Refusal})
+		v.Answers = append(v.Answers, answerView{Seq: a.Seq, EventID: a.EventID, Source: a.Source, At: a.At, Data: a.Data, Refusal: a.Refusal, Counted: a.Counted})
 	}
+	v.Votes = st.Gate.Votes
 	return v
 }
 
@@ -479,6 +498,19 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 	if r.RunID != "" {
 		fmt.Fprintf(w, "run %s, skill %s, step %s\n", r.RunID, r.Skill, r.Step)
 	}
+	if len(r.Approvers) > 0 {
+		fmt.Fprintf(w, "approvers: %s\n", strings.Join(r.Approvers, ", "))
+	}
+	if q := r.Quorum; q != nil {
+		veto := ""
+		if len(q.Veto) > 0 {
+			veto = "; one vote for " + strings.Join(q.Veto, " or ") + " decides"
+		}
+		fmt.Fprintf(w, "quorum: %d must agree%s\n", q.Required, veto)
+		for _, line := range voteLines(&st.Gate) {
+			fmt.Fprintf(w, "votes: %s\n", line)
+		}
+	}
 	switch {
 	case st.Answer != nil:
 		fmt.Fprintf(w, "%s %q by %s (%s) at %s\n", pal.status("answered"), st.Answer.Choice, st.Answer.By, st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
@@ -487,6 +519,39 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 	default:
 		fmt.Fprintf(w, "%s since %s (%s)\n", pal.status("waiting"), st.RequestedAt.Local().Format(time.DateTime), humanDuration(time.Since(st.RequestedAt).Round(time.Second)))
 	}
+}
+
+// tally lists who voted for choice and how many votes it needs in all
+// (those counted plus needed).
+func tally(votes []command.Vote, choice string, needed int) (by []string, of int) {
+	for _, v := range votes {
+		if v.Choice == choice {
+			by = append(by, v.By)
+		}
+	}
+	return by, len(by) + needed
+}
+
+// voteLines says, per option voted for, who voted and how many votes it
+// still needs: "approve by alice, 1 of 2 needed".
+func voteLines(g *confirmation.Gate) []string {
+	var order []string
+	by := map[string][]string{}
+	for _, v := range g.Votes {
+		if by[v.Choice] == nil {
+			order = append(order, v.Choice)
+		}
+		by[v.Choice] = append(by[v.Choice], v.By)
+	}
+	var out []string
+	for _, c := range order {
+		line := fmt.Sprintf("%s by %s", c, strings.Join(by[c], ", "))
+		if g.Winner == nil {
+			line += fmt.Sprintf(", %d of %d needed", len(by[c]), len(by[c])+g.Needed(c))
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // lintResult is one file's verdict in `heed skill lint --json`.

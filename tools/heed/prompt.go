@@ -24,6 +24,9 @@ type promptResult struct {
 	By       string        `json:"by"`
 	Remember string        `json:"remember,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
+	// Counted: the answer is a vote towards the quorum; nothing took
+	// effect yet.
+	Counted bool `json:"counted,omitempty"`
 }
 
 // errNoTerminal is returned when there is nobody to ask.
@@ -129,7 +132,7 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File,
 		if err != nil {
 			return promptResult{}, err
 		}
-		return promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Remember: remember, Duration: time.Since(start)}, nil
+		return promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Remember: remember, Duration: time.Since(start), Counted: a.Counted}, nil
 	}
 	timedOut := false
 	for {
