@@ -53,6 +53,8 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"confirm answer --remember bogus", []string{"confirm", "answer", "c1", "proceed", "--remember", "bogus"}, "invalid_request", `at /remember: value must be one of`, false},
 		{"unknown command", []string{"fixs"}, "invalid_request", `unknown command "fixs" for "heed" (did you mean "fixes"?)`, true},
 		{"unknown subcommand", []string{"fixes", "teach"}, "invalid_request", `unknown command "teach" for "heed fixes"`, true},
+		{"unknown help topic", []string{"help", "fixs"}, "invalid_request", `unknown help topic "fixs" (did you mean "fixes"?)`, true},
+		{"unknown completion shell", []string{"completion", "tcsh"}, "invalid_request", `unknown command "tcsh" for "heed completion"`, true},
 		{"unknown flag", []string{"runs", "--bogus"}, "invalid_request", "unknown flag: --bogus", true},
 		{"wrong argument count", []string{"audit"}, "invalid_request", "accepts 1 arg(s), received 0 (usage: heed audit", true},
 	} {

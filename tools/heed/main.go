@@ -163,8 +163,49 @@ failed steps and survive a crash of any process.
 		newVersionCmd(),
 		newDocsCmd(),
 	)
+	root.SetHelpCommand(newHelpCmd())
+	// cobra adds its completion command when it executes, after
+	// strictUsage has walked the tree: add it now so that it is checked too.
+	root.InitDefaultCompletionCmd()
 	strictUsage(root)
 	return root
+}
+
+// newHelpCmd is cobra's help command, except that an unknown topic is a
+// usage error (exit 2) instead of the root's help and exit 0.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help provides help for any command in the application.\nSimply type heed help [path to command] for full details.",
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			var names []string
+			cmd, _, err := c.Root().Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, sub.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || cmd == nil || len(rest) > 0 {
+				topic := strings.Join(args, " ")
+				msg := fmt.Sprintf("unknown help topic %q", topic)
+				if s := c.Root().SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+				}
+				return usageError(c, errors.New(msg))
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	}
 }
 
 // strictUsage makes every usage mistake under cmd an exit-2 usage error
