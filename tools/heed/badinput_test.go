@@ -34,6 +34,7 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	}{
 		{"runs --status weird", []string{"runs", "--status", "weird"}, "invalid_request", `--status "weird": use one of requested, running`, false},
 		{"runs --status with a typo", []string{"runs", "--status", "faild"}, "invalid_request", `(did you mean "failed"?)`, false},
+		{"up --sweep-quiet negative", []string{"up", "--sweep-quiet", "-1s"}, "invalid_request", `--sweep-quiet -1s: use a duration of 0 or more`, false},
 		{"up --log-level loud", []string{"up", "--log-level", "loud"}, "invalid_request", `--log-level "loud": use debug, info, warn or error`, false},
 		{"up --tools of a file that is not there", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--tools", filepath.Join(dir, "nope.yaml")}, "invalid_request", "--tools: tools file: open", false},
 		{"up --rules that are not rules", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--rules", "../../skills/tools.yaml"}, "invalid_request", "--rules: ../../skills/tools.yaml: yaml: unmarshal errors: line 4: field tools not found", false},

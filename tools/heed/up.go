@@ -105,6 +105,9 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			if err := checkUpFiles(toolsFile, rulesFile, healerConfig, replicas); err != nil {
 				return err
 			}
+			if sweepQuiet < 0 {
+				return badInput("--sweep-quiet %s: use a duration of 0 or more (0: the default, 30s)", sweepQuiet)
+			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
@@ -132,7 +135,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	cmd.Flags().BoolVar(&syncAlways, "sync-always", false, "the embedded server writes and fsyncs every event before acknowledging it: nothing acknowledged is lost to a crash, at a twentieth of the throughput (docs/OPERATIONS.md)")
-	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep)")
+	cmd.Flags().DurationVar(&sweepEvery, "sweep-every", 15*time.Second, "how often the runner reconciles runs that have been quiet (docs/ARCHITECTURE.md, the sweep; negative: never)")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics of every service at GET /metrics on this address (e.g. 127.0.0.1:9090; docs/OPERATIONS.md, Metrics)")
 	cmd.Flags().StringVar(&natsMonitor, "nats-monitor", "", "enable the embedded server's HTTP monitoring (/varz, /jsz…) on this address (e.g. 127.0.0.1:8222)")
 	cmd.Flags().Uint64Var(&health.LagThreshold, "health-lag", 10000, "a service whose consumer has more events than this not finished is degraded")
