@@ -52,6 +52,13 @@ func (e *exitError) Error() string {
 	return e.msg
 }
 
+// Codes of the CLI's own outcomes (not errors of a service), so that
+// these lines have the one shape too: heed: <code>: <message>.
+const (
+	codeProjectionsDiffer events.Code = "projections_differ" // heed replay: the live buckets differ from the log
+	codeDegraded          events.Code = "degraded"           // heed status: a service is not ok
+)
+
 // badInput is an error with code invalid_request and exit status 2.
 func badInput(format string, args ...any) error {
 	return events.Errorf(events.CodeInvalidRequest, format, args...)

@@ -90,7 +90,7 @@ inspection; without it no scratch bucket remains.`,
 				show("different", rep.Different)
 			}
 			if differ > 0 {
-				return &exitError{status: exitFailure, msg: fmt.Sprintf("%d projection(s) differ from the log (heed replay --apply repairs them)", differ)}
+				return &exitError{status: exitFailure, code: codeProjectionsDiffer, msg: fmt.Sprintf("%d projection(s) differ from the log (heed replay --apply repairs them)", differ)}
 			}
 			return nil
 		},

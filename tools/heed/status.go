@@ -93,7 +93,7 @@ func printServices(out io.Writer, pal palette, hs []heedclient.ServiceHealth, as
 		t.Flush()
 	}
 	if bad > 0 {
-		return &exitError{status: exitFailure, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
+		return &exitError{status: exitFailure, code: codeDegraded, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
 	}
 	return nil
 }
