@@ -54,6 +54,13 @@ type engine struct {
 	waitingIDs []string
 	parked     map[string]bool
 	maxWaiting int
+	// handled is when this process last handled an event of each driven
+	// run (its wall clock): a run handled within SweepQuiet is not quiet,
+	// so the sweep passes it by without reading its log. Every event the
+	// runner writes for a run is written after it handled the run's
+	// previous one, so a run whose next delivery was lost has been quiet,
+	// by the log's times, for no longer than since it was handled.
+	handled map[string]time.Time
 }
 
 // defaultMaxWaiting bounds the paused runs kept in memory: 10,000 runs
@@ -71,7 +78,7 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
-		waiting: map[string]bool{}, parked: map[string]bool{}, maxWaiting: defaultMaxWaiting,
+		waiting: map[string]bool{}, parked: map[string]bool{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -127,6 +134,14 @@ func (e *engine) forget(id string) {
 	delete(e.finished, id)
 	delete(e.parked, id)
 	delete(e.waiting, id)
+	delete(e.handled, id)
+	e.mu.Unlock()
+}
+
+// touch notes that an event of run id was handled now.
+func (e *engine) touch(id string, now time.Time) {
+	e.mu.Lock()
+	e.handled[id] = now
 	e.mu.Unlock()
 }
 
@@ -172,17 +187,22 @@ func (e *engine) moved(id string) {
 	e.mu.Unlock()
 }
 
-// drivenIDs are the runs this runner drives and has not seen end: the
-// cached ones and the parked ones.
-func (e *engine) drivenIDs() map[string]bool {
+// drivenIDs are the runs this runner drives and has not seen end (the
+// cached ones and the parked ones), less those it handled an event of
+// after quietSince: they are not quiet, and reading them is wasted.
+func (e *engine) drivenIDs(quietSince time.Time) map[string]bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ids := make(map[string]bool, len(e.runs)+len(e.parked))
 	for id := range e.runs {
-		ids[id] = true
+		if e.handled[id].Before(quietSince) {
+			ids[id] = true
+		}
 	}
 	for id := range e.parked {
-		ids[id] = true
+		if e.handled[id].Before(quietSince) {
+			ids[id] = true
+		}
 	}
 	return ids
 }
@@ -194,6 +214,7 @@ func (e *engine) done(r *runstate.Run) {
 	delete(e.runs, r.ID)
 	delete(e.parked, r.ID)
 	delete(e.waiting, r.ID)
+	delete(e.handled, r.ID)
 	if _, ok := e.finished[r.ID]; !ok {
 		e.finishedIDs = append(e.finishedIDs, r.ID)
 	}
@@ -220,6 +241,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	if err != nil {
 		return nil, err
 	}
+	e.touch(id, time.Now())
 	if err := r.Apply(d.Event, d.Seq, e.skills); err != nil {
 		return nil, events.Poison(err)
 	}
