@@ -113,5 +113,15 @@ var knownTypes = func() map[Type]bool {
 	return m
 }()
 
+// knownTypeNames maps each catalog type's name to itself: the decoder
+// keeps the catalog's string instead of a copy per event.
+var knownTypeNames = func() map[string]string {
+	m := make(map[string]string, len(catalog))
+	for _, t := range catalog {
+		m[string(t.Type)] = string(t.Type)
+	}
+	return m
+}()
+
 // Known reports whether t is in the catalog.
 func (t Type) Known() bool { return knownTypes[t] }

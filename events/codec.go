@@ -288,6 +288,22 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 		if err != nil {
 			return nil, Errorf(CodeUndecodable, "header %s: %v", name, err)
 		}
+		// nats.go decodes a message's headers into substrings of one copy
+		// of the header block: an attribute kept after the delivery (a
+		// run's id in the runner's maps, a confirmation's in the router's)
+		// would keep all of it, about 1 KB an event, 10 MB at 10,000 runs
+		// waiting. Copy what may be kept; a known type is the catalog's.
+		switch attr {
+		case "type":
+			if t, ok := knownTypeNames[value]; ok {
+				value = t
+			} else {
+				value = strings.Clone(value)
+			}
+		case "specversion", "time":
+		default:
+			value = strings.Clone(value)
+		}
 		switch attr {
 		case "specversion":
 			seenSpec = true

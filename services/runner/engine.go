@@ -49,11 +49,19 @@ type engine struct {
 	// out of runs, read from the log again when their answer (or anything
 	// else) comes. The sweep visits parked runs too. waitingIDs is in
 	// pause order and may hold ids that have moved on since (waiting says
-	// which still wait).
-	waiting    map[string]bool
+	// which still wait). waiting and parked map a run to the confirmation
+	// it waits for.
+	waiting    map[string]string
 	waitingIDs []string
-	parked     map[string]bool
+	parked     map[string]string
 	maxWaiting int
+	// handled is when this process last handled an event of each driven
+	// run (its wall clock): a run handled within SweepQuiet is not quiet,
+	// so the sweep passes it by without reading its log. Every event the
+	// runner writes for a run is written after it handled the run's
+	// previous one, so a run whose next delivery was lost has been quiet,
+	// by the log's times, for no longer than since it was handled.
+	handled map[string]time.Time
 }
 
 // defaultMaxWaiting bounds the paused runs kept in memory: 10,000 runs
@@ -71,7 +79,7 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
-		waiting: map[string]bool{}, parked: map[string]bool{}, maxWaiting: defaultMaxWaiting,
+		waiting: map[string]string{}, parked: map[string]string{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -127,37 +135,46 @@ func (e *engine) forget(id string) {
 	delete(e.finished, id)
 	delete(e.parked, id)
 	delete(e.waiting, id)
+	delete(e.handled, id)
 	e.mu.Unlock()
 }
 
-// wait notes that run id now waits for an answer and parks the runs that
-// have waited longest beyond maxWaiting: their states leave the cache (a
-// worker handling one meanwhile keeps its pointer; its next event reads
-// the log), their ids stay for the sweep.
-func (e *engine) wait(id string) {
+// touch notes that an event of run id was handled now.
+func (e *engine) touch(id string, now time.Time) {
+	e.mu.Lock()
+	e.handled[id] = now
+	e.mu.Unlock()
+}
+
+// wait notes that run id now waits for an answer to confirmation cid and
+// parks the runs that have waited longest beyond maxWaiting: their states
+// leave the cache (a worker handling one meanwhile keeps its pointer; its
+// next event reads the log), their ids stay for the sweep.
+func (e *engine) wait(id, cid string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.waiting[id] {
-		e.waiting[id] = true
+	if _, ok := e.waiting[id]; !ok {
 		e.waitingIDs = append(e.waitingIDs, id)
 	}
+	e.waiting[id] = cid
 	for len(e.waiting) > e.maxWaiting && len(e.waitingIDs) > 0 {
 		old := e.waitingIDs[0]
 		e.waitingIDs = e.waitingIDs[1:]
-		if !e.waiting[old] {
+		ocid, ok := e.waiting[old]
+		if !ok {
 			continue // moved on since it paused
 		}
 		delete(e.waiting, old)
 		if _, ok := e.runs[old]; ok {
 			delete(e.runs, old)
-			e.parked[old] = true
+			e.parked[old] = ocid
 		}
 	}
 	if len(e.waitingIDs) > 4*e.maxWaiting+64 {
 		// Compact the ids of runs that moved on.
 		kept := e.waitingIDs[:0]
 		for _, w := range e.waitingIDs {
-			if e.waiting[w] {
+			if _, ok := e.waiting[w]; ok {
 				kept = append(kept, w)
 			}
 		}
@@ -172,17 +189,23 @@ func (e *engine) moved(id string) {
 	e.mu.Unlock()
 }
 
-// drivenIDs are the runs this runner drives and has not seen end: the
-// cached ones and the parked ones.
-func (e *engine) drivenIDs() map[string]bool {
+// drivenIDs are the runs this runner drives and has not seen end (the
+// cached ones and the parked ones), less those it handled an event of
+// after quietSince: they are not quiet, and reading them is wasted. Each
+// maps to the confirmation it waits for, "" if it waits for none.
+func (e *engine) drivenIDs(quietSince time.Time) map[string]string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ids := make(map[string]bool, len(e.runs)+len(e.parked))
+	ids := make(map[string]string, len(e.runs)+len(e.parked))
 	for id := range e.runs {
-		ids[id] = true
+		if e.handled[id].Before(quietSince) {
+			ids[id] = e.waiting[id]
+		}
 	}
-	for id := range e.parked {
-		ids[id] = true
+	for id, cid := range e.parked {
+		if e.handled[id].Before(quietSince) {
+			ids[id] = cid
+		}
 	}
 	return ids
 }
@@ -194,6 +217,7 @@ func (e *engine) done(r *runstate.Run) {
 	delete(e.runs, r.ID)
 	delete(e.parked, r.ID)
 	delete(e.waiting, r.ID)
+	delete(e.handled, r.ID)
 	if _, ok := e.finished[r.ID]; !ok {
 		e.finishedIDs = append(e.finishedIDs, r.ID)
 	}
@@ -220,6 +244,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	if err != nil {
 		return nil, err
 	}
+	e.touch(id, time.Now())
 	if err := r.Apply(d.Event, d.Seq, e.skills); err != nil {
 		return nil, events.Poison(err)
 	}
@@ -271,7 +296,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	case events.Type(d.Event.Type()) == events.RunPaused && r.Paused != nil && r.Paused.ConfirmID != "" && len(dec.Events) == 0:
 		// The pause's own event, the last the runner wrote for it, is
 		// back: the run now waits for someone, maybe for hours.
-		e.wait(r.ID)
+		e.wait(r.ID, r.Paused.ConfirmID)
 		return nil, nil
 	}
 	if r.Paused == nil {

@@ -66,16 +66,36 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 	// The cached and parked runs are the ones not over (an ended run moves
 	// to the finished ones); their states belong to the workers, so only
 	// the ids are taken here and each run is read again from the log.
-	ids := e.drivenIDs()
+	// Runs handled within quiet are left out unread: with 10,000 runs
+	// waiting, reading each every SweepEvery was most of the runner's CPU
+	// at rest and kept every block of the log in the server's cache.
+	ids := e.drivenIDs(time.Now().Add(-quiet))
 	if fromIndex {
 		if err := e.activeFromIndex(ctx, ids); err != nil {
 			return 0, err
 		}
 	}
 	moved := 0
-	for id := range ids {
+	for id, cid := range ids {
 		if ctx.Err() != nil {
 			return moved, ctx.Err()
+		}
+		if cid != "" {
+			// A run this process saw pause for confirmation cid: sweepRun
+			// leaves a paused run alone until an answer is in the log, and
+			// the runner's events after a pause follow the answer (what
+			// else comes, a cancel, ends the run, and the sweep writes
+			// nothing to an ended run). So one read of the answers' literal
+			// subject, found from the server's subject index, stands for
+			// reading the run's history and the confirmation's.
+			answered, err := e.hasAnswer(ctx, cid)
+			if err != nil {
+				e.log.Warn("sweep of a run failed", "run", id, "err", err)
+				continue
+			}
+			if !answered {
+				continue
+			}
 		}
 		ok, err := e.sweepRun(ctx, id, quiet)
 		if err != nil {
@@ -89,8 +109,27 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 	return moved, nil
 }
 
+// hasAnswer reports whether any answer to confirmation cid is in the log.
+func (e *engine) hasAnswer(ctx context.Context, cid string) (bool, error) {
+	if !events.ValidID(cid) {
+		return true, nil // not one to look up: let sweepRun judge the run
+	}
+	found := false
+	_, err := events.ReadHistory(ctx, e.bus.JetStream(), events.EventStream, events.ConfirmAnswered.Subject(cid), 0, func(events.RawMsg) error {
+		found = true
+		return errStopRead
+	})
+	if found {
+		return true, nil
+	}
+	return false, err
+}
+
+// errStopRead ends a read once it has seen what it looked for.
+var errStopRead = errors.New("stop reading")
+
 // activeFromIndex adds the runs the index says are not over.
-func (e *engine) activeFromIndex(ctx context.Context, ids map[string]bool) error {
+func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) error {
 	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil // no indexer yet: nothing indexed to look at
@@ -113,8 +152,8 @@ func (e *engine) activeFromIndex(ctx context.Context, ids map[string]bool) error
 		}
 		switch x.Status {
 		case "requested", "running", "paused":
-			if x.Driver != "agent" {
-				ids[x.ID] = true
+			if _, ok := ids[x.ID]; !ok && x.Driver != "agent" {
+				ids[x.ID] = ""
 			}
 		}
 	}
@@ -272,7 +311,7 @@ func (e *engine) abandonLoop(ctx context.Context, every, idle time.Duration) {
 // this runner has cached. Each is read again from the log and decided on
 // (abandonEvent).
 func (e *engine) abandonIdle(ctx context.Context, idle time.Duration) (int, error) {
-	ids := e.drivenIDs()
+	ids := e.drivenIDs(time.Now().Add(-idle))
 	now := time.Now().UTC()
 	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
 	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -290,7 +329,7 @@ func (e *engine) abandonIdle(ctx context.Context, idle time.Duration) (int, erro
 			}
 			var x readmodel.IndexEntry
 			if readmodel.Decode(entry.Value(), &x) && !x.Terminal() && now.Sub(x.Last.Time) >= idle {
-				ids[x.ID] = true
+				ids[x.ID] = ""
 			}
 		}
 	}
