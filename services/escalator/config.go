@@ -107,7 +107,7 @@ type Rules struct {
 	LearningTier string         `yaml:"learning_tier"`
 	RiskRules    []*RiskRule    `yaml:"risk_rules"`
 	AutoApprove  []*AutoApprove `yaml:"auto_approve"`
-	Routing      []*RouteRule       `yaml:"routing"`
+	Routing      []*RouteRule   `yaml:"routing"`
 	Quorum       []*QuorumRule  `yaml:"quorum"`
 	FinalAction  FinalAction    `yaml:"final_action"`
 	Cache        CacheConfig    `yaml:"cache"`
