@@ -247,6 +247,13 @@ func (d *decision) advance() error {
 		}
 		t := d.rs.Tiers[idx]
 		members := d.members(t)
+		if q := d.st.Routed.Quorum; q != nil && len(t.Members) > 0 && len(members) < q.Required {
+			// A quorum the tier's approvers can never reach.
+			if err := d.escalate(t.Name, idx, events.EscalateUnreachable, fmt.Sprintf("the quorum needs %d approvers, %s has %d who may approve", q.Required, t.Name, len(members)), "", nil, ""); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(t.Members) > 0 {
 			ok, tried := len(members) > 0, members
 			if ok && d.f.Reachable != nil {
