@@ -431,3 +431,28 @@ func TestLearnedCacheApproves(t *testing.T) {
 		t.Errorf("critical was cached: %+v", r.Routed)
 	}
 }
+
+// heed replay rebuilds heed_escalations identically: summaries and the
+// sessions' held lists (one session emptied by a decision, one still held).
+func TestReplayRebuildsEscalations(t *testing.T) {
+	s := start(t, "")
+	s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/r", Operation: "file_edit", Scope: "/tmp/a", Risk: ptr(0.1), Confidence: ptr(0.9)}})
+	s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/r", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
+	s.request(t, command.RequestEscalation{ID: "e-r", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/q", Operation: "force_push", Risk: ptr(0.95)}})
+	if err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-r-o1", Choice: "approve", By: "user:x"}, &command.AnswerReply{}); err != nil {
+		t.Fatal(err)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if count(s.history(t, events.SubjectFilter("escalation", "e-r")), events.EscalationDecided) == 0 {
+			return fmt.Errorf("e-r not decided")
+		}
+		return nil
+	})
+	rep, err := events.Replay(ctxT(t), s.bus, &escalator.Projection{}, events.DefaultTopology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Identical() || rep.Keys != 4 { // three esc.<id>, one session.<token> (agent/r's deploy)
+		t.Errorf("replay: %+v", rep)
+	}
+}
