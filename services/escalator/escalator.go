@@ -92,8 +92,11 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 		Name:        ConsumerName,
 		Description: "escalator: routes escalation requests, acts on the answers and deadlines of its offers",
 		Filters:     []string{"heed.escalation.*.requested", "heed.confirm.*.answered", "heed.confirm.*.expired"},
-		Workers:     o.Workers,
-		Logger:      rt.Log,
+		// A delivery a crashed escalator held comes back soon: deciding
+		// takes milliseconds (presence requests at most PresenceTimeout).
+		AckWait: 5 * time.Second,
+		Workers: o.Workers,
+		Logger:  rt.Log,
 		PartitionKey: func(ev *events.Event) string {
 			if esc, _, ok := events.OfferOfConfirmID(ev.Subject()); ok {
 				return esc
@@ -111,6 +114,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 		return err
 	}
 	rt.AddCheck("escalator", func() any { return cons.Stats() })
+	go e.resume(ctx)
 	<-ctx.Done()
 	_ = svc.Stop()
 	dctx, cancel := service.DrainContext()
@@ -118,6 +122,21 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	cons.Stop(dctx)
 	proj.Stop(dctx)
 	return nil
+}
+
+// resume decides again every escalation held when the escalator starts:
+// one a crash left between two steps (escalated, not yet offered) goes on
+// at once instead of after its delivery's ack wait. Deciding an escalation
+// that is complete writes nothing.
+func (e *escalator) resume(ctx context.Context) {
+	for _, id := range e.held.ids() {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := e.process(ctx, id, Cause{}); err != nil && ctx.Err() == nil {
+			e.log.Warn("resume escalation", "escalation", id, "err", err)
+		}
+	}
 }
 
 func (e *escalator) routes() *events.Routes {

@@ -128,6 +128,18 @@ func (h *heldIndex) put(id, session string, held bool, progress int, he command.
 	h.progress[id] = progress
 }
 
+// ids are the held escalations, sorted.
+func (h *heldIndex) ids() []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]string, 0, len(h.session))
+	for id := range h.session {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (h *heldIndex) count() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
