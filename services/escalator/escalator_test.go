@@ -456,3 +456,52 @@ func TestReplayRebuildsEscalations(t *testing.T) {
 		t.Errorf("replay: %+v", rep)
 	}
 }
+
+// A quorum rule for critical requests: of three top-tier members, two
+// must approve; the first vote decides nothing, the second decides once
+// with both votes, a third is refused.
+func TestQuorumOfTopTier(t *testing.T) {
+	s := start(t, `tiers:
+  - {name: tier1}
+  - {name: tier2}
+  - name: top
+    members: [{id: "user:a"}, {id: "user:b"}, {id: "user:c"}]
+quorum:
+  - {name: critical_two, when: critical, required: 2, veto: true}
+`)
+	for _, m := range []string{"user:a", "user:b", "user:c"} {
+		sub, err := s.nc.Subscribe(events.PresenceSubject(m), func(msg *nats.Msg) { _ = msg.Respond([]byte(`{"identity":"x","channels":["web"]}`)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	r := s.request(t, command.RequestEscalation{ID: "e-q", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/q", Operation: "drop_table", Risk: ptr(0.97)}})
+	if r.Routed.Quorum == nil || r.Routed.Quorum.Required != 2 || r.Offer == nil || r.Offer.ConfirmID != "e-q-o1" {
+		t.Fatalf("reply %+v", r)
+	}
+	var ans command.AnswerReply
+	if err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-q-o1", Choice: "approve", By: "user:a", Channel: "web"}, &ans); err != nil || !ans.Counted {
+		t.Fatalf("first vote: %+v %v", ans, err)
+	}
+	if st := s.history(t, events.SubjectFilter("escalation", "e-q")); count(st, events.EscalationDecided) != 0 {
+		t.Fatalf("decided on one vote: %s", types(st))
+	}
+	if err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-q-o1", Choice: "approve", By: "user:b", Channel: "slack"}, &ans); err != nil {
+		t.Fatal(err)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if count(s.history(t, events.SubjectFilter("escalation", "e-q")), events.EscalationDecided) == 0 {
+			return fmt.Errorf("not decided")
+		}
+		return nil
+	})
+	if err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-q-o1", Choice: "deny", By: "user:c"}, &ans); err == nil {
+		t.Errorf("a vote after the quorum was taken: %+v", ans)
+	}
+	evs := s.history(t, events.SubjectFilter("escalation", "e-q"))
+	d := last[events.EscalationDecidedData](t, evs, events.EscalationDecided)
+	if count(evs, events.EscalationDecided) != 1 || d.Decision != events.EscalationApproved || d.By != "user:b" || len(d.Votes) != 2 {
+		t.Errorf("decided %+v (%s)", d, types(evs))
+	}
+}
