@@ -24,6 +24,10 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	if err := os.WriteFile(badSkill, []byte("name: bad\nsteps:\n  - name: check\n    tool: quay_chek\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badEsc := filepath.Join(dir, "escalation.yaml")
+	if err := os.WriteFile(badEsc, []byte("routing:\n  - {name: r1, when: 'risk > 0.5', tier: nowhere}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fix := []string{"fixes", "learn", "--pattern", "manifest unknown", "--description", "use the full sha"}
 	for _, c := range []struct {
 		name  string
@@ -38,6 +42,7 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"up --log-level loud", []string{"up", "--log-level", "loud"}, "invalid_request", `--log-level "loud": use debug, info, warn or error`, false},
 		{"up --tools of a file that is not there", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--tools", filepath.Join(dir, "nope.yaml")}, "invalid_request", "--tools: tools file: open", false},
 		{"up --rules that are not rules", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--rules", "../../skills/tools.yaml"}, "invalid_request", "--rules: ../../skills/tools.yaml: yaml: unmarshal errors: line 4: field tools not found", false},
+		{"up --escalation-config routing to a tier it does not have", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--escalation-config", badEsc}, "invalid_request", `--escalation-config: ` + badEsc + `: routing r1: tier "nowhere" is not one of the tiers`, false},
 		{"up --replicas 0", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--replicas", "0"}, "invalid_request", "--replicas 0: JetStream takes 1 to 5", false},
 		{"fixes learn: unknown tool", append(fix, "--tool", "quay_chek", "--set", "tag=x"), "invalid_request", `tool "quay_chek" is not in the tools file ../../skills/tools.yaml (did you mean "quay_check"?)`, false},
 		{"fixes learn: broken template", append(fix, "--tool", "quay_check", "--set", "tag={{ bogus("), "invalid_request", "args_patch.tag: template: unclosed {{", false},
