@@ -88,7 +88,24 @@ func Decide(rs *Rules, st *command.EscalationState, c Cause, f Facts) ([]events.
 			return nil, err
 		}
 	}
-	return d.out, d.advance()
+	if err := d.advance(); err != nil {
+		return nil, err
+	}
+	// The open offer's confirmation, every time: a restart between the
+	// offer and its confirmation writes it then (its id and the guard
+	// that it does not exist yet keep it to one).
+	if o := d.open(); o != nil && d.st.Decided == nil {
+		id := o.ConfirmID + "/requested"
+		if !slices.ContainsFunc(d.out, func(ev events.Event) bool { return ev.ID() == id }) {
+			ev, err := OfferConfirmation(rs, d.st, o)
+			if err != nil {
+				return nil, err
+			}
+			ev.SetTime(f.Now.UTC())
+			d.out = append(d.out, ev)
+		}
+	}
+	return d.out, nil
 }
 
 type decision struct {
@@ -230,6 +247,13 @@ func (d *decision) advance() error {
 		}
 		t := d.rs.Tiers[idx]
 		members := d.members(t)
+		if q := d.st.Routed.Quorum; q != nil && len(t.Members) > 0 && len(members) < q.Required {
+			// A quorum the tier's approvers can never reach.
+			if err := d.escalate(t.Name, idx, events.EscalateUnreachable, fmt.Sprintf("the quorum needs %d approvers, %s has %d who may approve", q.Required, t.Name, len(members)), "", nil, ""); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(t.Members) > 0 {
 			ok, tried := len(members) > 0, members
 			if ok && d.f.Reachable != nil {

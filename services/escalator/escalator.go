@@ -199,6 +199,11 @@ func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.E
 		for i := range evs {
 			ev := &evs[i]
 			if events.Type(ev.Type()).Kind() != "escalation" {
+				// An offer's confirmation, written only if it does not
+				// exist yet (after a crash it may).
+				if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
+					return nil, err
+				}
 				continue
 			}
 			var opts []events.PublishOption
@@ -213,17 +218,6 @@ func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.E
 				return nil, err
 			}
 			e.count(ev)
-		}
-		// The open offer's confirmation, written once: also after a crash
-		// between the offer and its confirmation.
-		if o := escalation.CurrentOffer(st); o != nil && st.Decided == nil && o.EscalationCount == len(st.Escalations) {
-			ev, err := OfferConfirmation(e.rs, st, o)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := e.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", o.ConfirmID), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
-				return nil, err
-			}
 		}
 		e.held.set(st)
 		e.m.held.Set(float64(e.held.count()))

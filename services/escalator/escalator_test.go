@@ -18,6 +18,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/services/confirm"
@@ -394,5 +395,39 @@ func TestAutoApproveSafeguardsAndRiskRule(t *testing.T) {
 	r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "mystery"}})
 	if r.Routed.RiskSource != events.RiskDefault || r.Routed.Risk != 0.5 || r.Routed.Tier != "tier1" {
 		t.Errorf("routed %+v", r.Routed)
+	}
+}
+
+// The learner's decision cache (heed_decisions) approves a candidate with
+// its confidence boost; never a critical operation.
+func TestLearnedCacheApproves(t *testing.T) {
+	s := start(t, "")
+	kv, err := s.bus.JetStream().KeyValue(ctxT(t), readmodel.DecisionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []readmodel.Decision{
+		{Operation: "deploy", Scope: "staging", Count: 4, Approved: 4, Successes: 4, SuccessRate: 1, Candidate: true, ConfidenceBoost: 0.2},
+		{Operation: "force_push", Scope: "main", Count: 9, Approved: 9, Successes: 9, SuccessRate: 1, Candidate: true, ConfidenceBoost: 0.3},
+	} {
+		b, _ := json.Marshal(map[string]any{"seq": 1, "value": d})
+		if _, err := kv.Put(ctxT(t), readmodel.DecisionKey(d.Operation, d.Scope), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r command.EscalationReply
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/c", Operation: "deploy", Scope: "staging", Risk: ptr(0.6), Confidence: ptr(0.6)}})
+		if r.Routed.Decision != events.RouteCachedApprove {
+			return fmt.Errorf("routed %+v", r.Routed)
+		}
+		return nil
+	})
+	if r.Status != events.EscalationApproved || r.Routed.Cache == nil || r.Routed.Cache.Count != 4 || r.Routed.Confidence < 0.79 {
+		t.Errorf("reply %+v", r)
+	}
+	r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/c", Operation: "force_push", Scope: "main", Risk: ptr(0.95)}})
+	if r.Routed.Decision != events.RouteEscalate || r.Routed.Tier != "top" {
+		t.Errorf("critical was cached: %+v", r.Routed)
 	}
 }

@@ -27,10 +27,26 @@ type heldIndex struct {
 	bySess  map[string]map[string]command.HeldEscalation
 	session map[string]string // escalation id → session
 	done    map[string]bool   // decided escalations
+	// progress of each held entry: a summary the projector writes late
+	// (behind what the escalator wrote itself) does not take it back.
+	progress map[string]int
+}
+
+// progressOf orders an escalation's states: routed, then each offer and
+// escalation.
+func progressOf(routed bool, escalations int, offerOpen bool) int {
+	p := 10 * escalations
+	if routed {
+		p++
+	}
+	if offerOpen {
+		p += 5
+	}
+	return p
 }
 
 func newHeldIndex(maxHeld int) *heldIndex {
-	return &heldIndex{maxHeld: maxHeld, bySess: map[string]map[string]command.HeldEscalation{}, session: map[string]string{}, done: map[string]bool{}}
+	return &heldIndex{maxHeld: maxHeld, bySess: map[string]map[string]command.HeldEscalation{}, session: map[string]string{}, done: map[string]bool{}, progress: map[string]int{}}
 }
 
 // load starts the index from the projection's summaries.
@@ -58,7 +74,7 @@ func (h *heldIndex) load(ctx context.Context, js jetstream.JetStream) error {
 
 // apply takes a summary (from the projection).
 func (h *heldIndex) apply(s readmodel.Escalation) {
-	h.put(s.ID, s.Session, s.Status == events.EscalationHeld, command.HeldEscalation{ID: s.ID, Operation: s.Operation, Scope: s.Scope, Risk: s.Risk,
+	h.put(s.ID, s.Session, s.Status == events.EscalationHeld, progressOf(s.Route != "", s.EscalationCount, s.ConfirmID != ""), command.HeldEscalation{ID: s.ID, Operation: s.Operation, Scope: s.Scope, Risk: s.Risk,
 		Critical: s.Critical, Tier: s.Tier, Priority: s.Priority, Since: s.RequestedAt})
 }
 
@@ -77,13 +93,17 @@ func (h *heldIndex) set(st *command.EscalationState) {
 	if n := len(st.Escalations); n > 0 && st.Escalations[n-1].ToTier != "" {
 		he.Tier = st.Escalations[n-1].ToTier
 	}
-	h.put(st.ID, st.Request.Session, st.Decided == nil, he)
+	o := escalation.CurrentOffer(st)
+	h.put(st.ID, st.Request.Session, st.Decided == nil, progressOf(st.Routed != nil, len(st.Escalations), o != nil && o.EscalationCount == len(st.Escalations)), he)
 }
 
-func (h *heldIndex) put(id, session string, held bool, he command.HeldEscalation) {
+func (h *heldIndex) put(id, session string, held bool, progress int, he command.HeldEscalation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done[id] {
+		return
+	}
+	if p, ok := h.progress[id]; held && ok && progress < p {
 		return
 	}
 	if !held {
@@ -94,6 +114,7 @@ func (h *heldIndex) put(id, session string, held bool, he command.HeldEscalation
 			}
 			delete(h.session, id)
 		}
+		delete(h.progress, id)
 		h.done[id] = true
 		return
 	}
@@ -104,6 +125,7 @@ func (h *heldIndex) put(id, session string, held bool, he command.HeldEscalation
 	}
 	m[id] = he
 	h.session[id] = session
+	h.progress[id] = progress
 }
 
 func (h *heldIndex) count() int {

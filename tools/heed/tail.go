@@ -25,7 +25,7 @@ func newEventsCmd(g *globals) *cobra.Command {
   heed events tail 'heed.dlq.>'             # dead letters, with their reason
   heed events tail --json | jq -r .type`,
 		Args:              cobra.MaximumNArgs(1),
-		ValidArgsFunction: completeChoices("heed.run.>", "heed.confirm.>", "heed.heal.>", "heed.pref.>", "heed.fix.>", "heed.run.*.step.failed", "heed.dlq.>"),
+		ValidArgsFunction: completeChoices("heed.run.>", "heed.confirm.>", "heed.heal.>", "heed.pref.>", "heed.fix.>", "heed.escalation.>", "heed.run.*.step.failed", "heed.dlq.>"),
 		PreRunE: func(_ *cobra.Command, args []string) error {
 			if since < 0 {
 				return badInput("--since %s: use a positive duration (e.g. 10m)", since)
