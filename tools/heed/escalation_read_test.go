@@ -121,10 +121,12 @@ func TestEscalationReadSide(t *testing.T) {
 	// The escalator watches heed_decisions: the fifth is approved by the
 	// cache once it has seen the record.
 	var r5 command.EscalationReply
+	attempt := 0
 	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		r5 = request("esc-read-5")
+		// A new id each time: a held one stays held (same id, same escalation).
+		attempt++
+		r5 = request(fmt.Sprintf("esc-read-5-%d", attempt))
 		if r5.Status != events.EscalationApproved {
-			// Held: answer it so that it does not linger, try the next id.
 			return fmt.Errorf("the 5th: %+v", r5)
 		}
 		return nil
@@ -132,16 +134,19 @@ func TestEscalationReadSide(t *testing.T) {
 	if r5.Routed.Decision != events.RouteCachedApprove || r5.Routed.Cache == nil || r5.Routed.Cache.Count != 4 {
 		t.Fatalf("the 5th identical request: %+v, want cached_approve", r5.Routed)
 	}
-	outcome("esc-read-5", events.OutcomeFailure)
+	outcome(r5.ID, events.OutcomeFailure)
 	cacheRecord(func(d readmodel.Decision) error {
 		if d.Candidate || !d.Suspended || d.CacheApproved != 1 || d.Count != 4 {
 			return fmt.Errorf("after the failure: %+v, want suspended", d)
 		}
 		return nil
 	})
+	lagged := 0 // cached approvals while the escalator's watch lagged behind the failure
 	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		// The escalator's watch of the bucket may lag a moment.
 		if r := request(fmt.Sprintf("esc-read-6-%d", time.Now().UnixNano())); r.Status != events.EscalationHeld {
+			if r.Routed.Decision == events.RouteCachedApprove {
+				lagged++
+			}
 			return fmt.Errorf("after a failure, the next request: %+v, want held", r)
 		}
 		return nil
@@ -166,18 +171,22 @@ func TestEscalationReadSide(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &stats); err != nil {
 			return err
 		}
-		if e := stats.Escalations; e.DecidedTotal != 6 || e.Avoided != 2 || e.Failures != 1 || e.Successes != 4 {
+		if e := stats.Escalations; e.DecidedTotal != 6+lagged || e.Avoided != 2+lagged || e.Failures != 1 || e.Successes != 4 {
 			return fmt.Errorf("escalations %+v", e)
 		}
 		return nil
 	})
 	e := stats.Escalations
-	if e.Decided[events.MethodUser] != 4 || e.Decided[events.EscMethodCache] != 1 || e.Decided[events.EscMethodRule] != 1 ||
-		e.Routed[events.RouteCachedApprove] != 1 || e.Routed[events.RouteConditionalApprove] != 1 || e.Routed[events.RouteEscalate] < 5 || e.Requested < 7 {
+	if e.Decided[events.MethodUser] != 4 || e.Decided[events.EscMethodCache] != 1+lagged || e.Decided[events.EscMethodRule] != 1 ||
+		e.Routed[events.RouteCachedApprove] != 1+lagged || e.Routed[events.RouteConditionalApprove] != 1 || e.Routed[events.RouteEscalate] < 5 || e.Requested < 7 {
 		t.Errorf("stats: %+v", e)
 	}
 	out, _, _ := cli("stats")
-	if !strings.Contains(out, "Escalations:") || !strings.Contains(out, "escalations avoided: 2 of 6 (33.3%)") {
+	want := "escalations avoided: 2 of 6 (33.3%)"
+	if lagged > 0 {
+		want = fmt.Sprintf("escalations avoided: %d of %d (", 2+lagged, 6+lagged)
+	}
+	if !strings.Contains(out, "Escalations:") || !strings.Contains(out, want) {
 		t.Errorf("heed stats lacks the escalations:\n%s", out)
 	}
 
@@ -217,7 +226,7 @@ func TestEscalationReadSide(t *testing.T) {
 		}
 		at += i
 	}
-	out, _, code = cli("audit", "esc-read-5")
+	out, _, code = cli("audit", r5.ID)
 	if code != 0 || !strings.Contains(out, "cached_approve") || !strings.Contains(out, "cache 4 decisions, 100% success, boost 0.20") ||
 		!strings.Contains(out, "approved  method cache") || !strings.Contains(out, "failure  by agent/test") {
 		t.Errorf("audit of the cached approval:\n%s", out)
