@@ -162,6 +162,12 @@ func (c *Client) Stats(ctx context.Context) (readmodel.FailureStats, error) {
 	return st, err
 }
 
+// EscalationStats reads the escalation statistics.
+func (c *Client) EscalationStats(ctx context.Context) (readmodel.EscalationStats, error) {
+	st, _, err := get[readmodel.EscalationStats](ctx, c, readmodel.StatsBucket, readmodel.EscalationStatsKey)
+	return st, err
+}
+
 // Decisions lists the decision statistics per operation and scope.
 func (c *Client) Decisions(ctx context.Context) ([]readmodel.Decision, error) {
 	m, err := Values[readmodel.Decision](ctx, c, readmodel.DecisionsBucket, func(k string) bool { return len(k) > 3 && k[:3] == "op." })

@@ -47,10 +47,25 @@ type IndexEntry struct {
 	Approvers []string       `json:"approvers,omitempty"`
 	Quorum    *events.Quorum `json:"quorum,omitempty"`
 	Votes     []command.Vote `json:"votes,omitempty"`
+	// Escalation fields (status held, approved or denied): the request,
+	// its routing, the current or last offer (ConfirmID, Tier), how it
+	// was decided (Method, By, Channel) and the reported outcome.
+	Session         string   `json:"session,omitempty"`
+	Operation       string   `json:"operation,omitempty"`
+	Scope           string   `json:"scope,omitempty"`
+	Risk            *float64 `json:"risk,omitempty"`
+	Critical        bool     `json:"critical,omitempty"`
+	Route           string   `json:"route,omitempty"`
+	Priority        int      `json:"priority,omitempty"`
+	Tier            string   `json:"tier,omitempty"`
+	ConfirmID       string   `json:"confirm_id,omitempty"`
+	EscalationCount int      `json:"escalation_count,omitempty"`
+	Outcome         string   `json:"outcome,omitempty"`
 }
 
 // Index statuses. Runs: requested, running, paused, completed, failed,
 // cancelled, abandoned. Confirmations: pending, delegated, expired, answered.
+// Escalations: held, approved, denied (events.EscalationHeld, ...).
 // Preferences and fixes: active, forgotten.
 const (
 	StatusPending   = "pending"
@@ -62,7 +77,7 @@ const (
 // Terminal reports whether the aggregate has finished.
 func (e IndexEntry) Terminal() bool {
 	switch e.Status {
-	case "completed", "failed", "cancelled", "abandoned", StatusAnswered:
+	case "completed", "failed", "cancelled", "abandoned", StatusAnswered, events.EscalationApproved, events.EscalationDenied:
 		return true
 	}
 	return false

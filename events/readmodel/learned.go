@@ -198,10 +198,64 @@ type Decision struct {
 	Failures    int     `json:"failures"`
 	SuccessRate float64 `json:"success_rate"`
 	// Candidate: more than 3 decisions and over 90% success, and over 90%
-	// of the decisions approvals: the escalator may auto-approve, with
-	// ConfidenceBoost.
+	// of the decisions approvals, and not Suspended: the escalator may
+	// auto-approve, with ConfidenceBoost.
 	Candidate       bool    `json:"auto_approve_candidate"`
 	ConfidenceBoost float64 `json:"confidence_boost"`
+	// CacheApproved counts the escalations the escalator approved from
+	// this record (method cache): not decisions (Count), so that the
+	// cache does not feed itself; their outcomes count.
+	CacheApproved int `json:"cache_approved,omitempty"`
+	// Suspended: a failure was reported; no candidate until a person
+	// approves the operation again (docs/ESCALATIONS.md, "The learned
+	// cache"). SuspendedAt is the failure's event time.
+	Suspended   bool      `json:"suspended,omitempty"`
+	SuspendedAt time.Time `json:"suspended_at,omitzero"`
+}
+
+// EscalationStatsKey is the heed_stats key of the escalation statistics.
+const EscalationStatsKey = "escalations"
+
+// EscalationPeriod counts escalations in a day.
+type EscalationPeriod struct {
+	Requested int `json:"requested"`
+	Decided   int `json:"decided"`
+	// Avoided: decided without a person (rule, conditional rule, cache).
+	Avoided int `json:"avoided"`
+}
+
+// EscalationStats are the escalation statistics (heed_stats, key
+// EscalationStatsKey), counted by the learner.
+type EscalationStats struct {
+	Requested int `json:"requested"`
+	// Routed by decision: auto_approve, conditional_approve,
+	// cached_approve, escalate, deny.
+	Routed map[string]int `json:"routed"`
+	// Decided by method: rule, cache, user, final_action.
+	Decided  map[string]int `json:"decided"`
+	Approved int            `json:"approved"`
+	Denied   int            `json:"denied"`
+	// Escalated by reason: timeout, unreachable, passed.
+	Escalated map[string]int `json:"escalated"`
+	// Avoided: decided without a person (rule, conditional rule, cache).
+	Avoided   int                         `json:"avoided"`
+	Successes int                         `json:"successes"`
+	Failures  int                         `json:"failures"`
+	Daily     map[string]EscalationPeriod `json:"daily"`
+	Last      time.Time                   `json:"last"`
+}
+
+// AvoidedShare is the share of decided escalations decided without a
+// person.
+func (s EscalationStats) AvoidedShare() float64 {
+	n := 0
+	for _, v := range s.Decided {
+		n += v
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(s.Avoided) / float64(n)
 }
 
 var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)

@@ -40,11 +40,11 @@ type BucketInfo struct {
 }
 
 var buckets = []BucketInfo{
-	{events.BucketSpec{Name: IndexBucket, Description: "heed index: aggregate id → kind, first and last event, status, count"}, "indexer", "`<kind>.<aggregate-id>` (`run.<run-id>`, `confirm.<confirm-id>`, `pref.<pref-id>`, `fix.<fix-id>`)"},
+	{events.BucketSpec{Name: IndexBucket, Description: "heed index: aggregate id → kind, first and last event, status, count"}, "indexer", "`<kind>.<aggregate-id>` (`run.<run-id>`, `confirm.<confirm-id>`, `escalation.<esc-id>`, `pref.<pref-id>`, `fix.<fix-id>`)"},
 	{events.BucketSpec{Name: PrefsBucket, Description: "heed learned preferences: remembered choices by skill step or error"}, "learner", "`<pref-id>` (`pref-` + 20 hex, see events.PrefID)"},
 	{events.BucketSpec{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"}, "learner", "`<fix-id>` (`fix-` + 20 hex, see events.FixID)"},
-	{events.BucketSpec{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"}, "learner", "`failures`"},
-	{events.BucketSpec{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"}, "learner", "`op.<operation>.<scope>` (see DecisionKey); `req.<confirm-id>` and `run.<run-id>` hold the learner's working state"},
+	{events.BucketSpec{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"}, "learner", "`failures`; `escalations` (requested, routed, decided, escalated, avoided; see EscalationStatsKey)"},
+	{events.BucketSpec{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"}, "learner", "`op.<operation>.<scope>` (see DecisionKey); `req.<confirm-id>`, `run.<run-id>` and `esc.<esc-id>` hold the learner's working state"},
 	{events.BucketSpec{Name: EscalationsBucket, Description: "heed escalations: each request's summary and status, each session's held requests"}, "escalator", "`esc.<esc-id>` (see EscalationKey); `session.<token>` lists a session's held requests (see SessionKey, token = events.Token(session))"},
 	{events.BucketSpec{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"}, "learner", "`<pattern-id>` (`pat-` + 20 hex); `tool.<tool>` lists a tool's patterns; `call.<run-id>` holds the shapes of a run's calls until their results (removed with the last result, or when the run ends)"},
 }

@@ -1,5 +1,5 @@
-// Package indexer keeps the index projection: one entry per aggregate (run
-// or confirmation) with its kind, first and last event, status and event
+// Package indexer keeps the index projection: one entry per aggregate (run,
+// confirmation, escalation, ...) with its kind, first and last event, status and event
 // count. Because it consumes every event subject, it is also where bad
 // input from outside publishers is caught and dead-lettered within moments
 // of entering the log, whether or not any other service cares about it.
@@ -41,6 +41,10 @@ func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) e
 		if err := applyConfirm(&e, t, ev); err != nil {
 			return err
 		}
+		return s.Put(ctx, key, e)
+	}
+	if t.Kind() == "escalation" {
+		applyEscalation(&e, t, ev)
 		return s.Put(ctx, key, e)
 	}
 	var data struct {
@@ -181,4 +185,63 @@ func status(t events.Type, cur string) string {
 		return "active"
 	}
 	return ""
+}
+
+// applyEscalation folds an escalation's event into its entry: held from
+// the request until the decided event (the first one: an escalation is
+// decided once), then approved or denied.
+func applyEscalation(e *readmodel.IndexEntry, t events.Type, ev *events.Event) {
+	if e.Status == "" {
+		e.Status = events.EscalationHeld
+	}
+	switch t {
+	case events.EscalationRequested:
+		var d events.EscalationRequestedData
+		if json.Unmarshal(ev.Data(), &d) == nil {
+			e.Session, e.Operation, e.Scope, e.RunID = d.Session, d.Operation, d.Scope, d.RunID
+			if d.Risk != nil {
+				r := *d.Risk
+				e.Risk = &r
+			}
+		}
+	case events.EscalationRouted:
+		var d events.EscalationRoutedData
+		if json.Unmarshal(ev.Data(), &d) == nil {
+			r := d.Risk
+			e.Risk, e.Critical, e.Route, e.Priority = &r, d.Critical, d.Decision, d.Priority
+			if d.Tier != "" {
+				e.Tier = d.Tier
+			}
+		}
+	case events.EscalationOffered:
+		var d events.EscalationOfferedData
+		if json.Unmarshal(ev.Data(), &d) == nil {
+			e.Tier, e.ConfirmID, e.EscalationCount = d.Tier, d.ConfirmID, d.EscalationCount
+		}
+	case events.EscalationEscalated:
+		var d events.EscalationEscalatedData
+		if json.Unmarshal(ev.Data(), &d) == nil {
+			e.EscalationCount = d.EscalationCount
+		}
+	case events.EscalationDecided:
+		var d events.EscalationDecidedData
+		if e.Status != events.EscalationHeld || json.Unmarshal(ev.Data(), &d) != nil {
+			return
+		}
+		if d.Decision == events.EscalationApproved || d.Decision == events.EscalationDenied {
+			e.Status = d.Decision
+		}
+		e.Method, e.By, e.Channel = d.Method, d.By, d.Channel
+		if d.Tier != "" {
+			e.Tier = d.Tier
+		}
+		if d.ConfirmID != "" {
+			e.ConfirmID = d.ConfirmID
+		}
+	case events.EscalationOutcome:
+		var d events.EscalationOutcomeData
+		if json.Unmarshal(ev.Data(), &d) == nil && e.Outcome == "" {
+			e.Outcome = d.Outcome
+		}
+	}
 }

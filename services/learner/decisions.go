@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
@@ -33,8 +34,21 @@ type DecisionsProjection struct{}
 func (DecisionsProjection) Name() string   { return "decisions" }
 func (DecisionsProjection) Bucket() string { return readmodel.DecisionsBucket }
 func (DecisionsProjection) Filters() []string {
-	return []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed"}
+	return []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed",
+		"heed.escalation.*.decided", "heed.escalation.*.outcome"}
 }
+
+// escDecision is an escalation approved by a person or the cache, awaiting
+// its outcome (key esc.<esc-id>, removed with the outcome).
+type escDecision struct {
+	Key string `json:"key"`
+}
+
+// countsAsDecision: only a person's decision of an escalation is a
+// decision of the cache. A rule's approval says nothing about the
+// operation, the final action is nobody's, and the cache's own approval
+// counted would feed itself (its outcomes count, see escOutcome).
+func countsAsDecision(method string) bool { return method == events.MethodUser }
 
 // Apply folds one event into the cache.
 func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
@@ -43,6 +57,9 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		var d events.ConfirmRequestedData
 		if err := json.Unmarshal(ev.Data(), &d); err != nil {
 			return nil
+		}
+		if escID, _, ok := events.OfferOfConfirmID(ev.Subject()); ok && d.Context["escalation_id"] == escID {
+			return nil // an escalation's offer: counted once, by its decided event
 		}
 		op := d.Skill + "/" + d.Step
 		if d.Skill == "" {
@@ -106,6 +123,7 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		approved := !isDeny(a.Choice)
 		if approved {
 			dec.Approved++
+			dec.Suspended, dec.SuspendedAt = false, time.Time{} // a person approved again
 		} else {
 			dec.Denied++
 		}
@@ -138,7 +156,7 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			if events.Type(ev.Type()) == events.RunCompleted {
 				dec.Successes++
 			} else {
-				dec.Failures++
+				fail(&dec, ev.Time())
 			}
 			score(&dec)
 			if err := s.Put(ctx, key, dec); err != nil {
@@ -146,8 +164,91 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			}
 		}
 		return s.Delete(ctx, "run."+ev.Subject())
+	case events.EscalationDecided:
+		return escDecided(ctx, s, ev)
+	case events.EscalationOutcome:
+		return escOutcome(ctx, s, ev)
 	}
 	return nil
+}
+
+// escDecided counts a person's decision of an escalation, and keeps an
+// approval by a person or the cache awaiting its outcome.
+func escDecided(ctx context.Context, s events.Store, ev *events.Event) error {
+	var d events.EscalationDecidedData
+	if json.Unmarshal(ev.Data(), &d) != nil || d.Operation == "" {
+		return nil
+	}
+	wk := "esc." + ev.Subject()
+	var done escDecision
+	if ok, err := s.Get(ctx, wk, &done); err != nil || ok {
+		return err // an approval awaiting its outcome is not counted twice
+	}
+	approved := d.Decision == events.EscalationApproved
+	key := readmodel.DecisionKey(d.Operation, d.Scope)
+	if !countsAsDecision(d.Method) && !(approved && d.Method == events.EscMethodCache) {
+		return nil
+	}
+	var dec readmodel.Decision
+	if _, err := s.Get(ctx, key, &dec); err != nil {
+		return err
+	}
+	dec.Operation, dec.Scope = d.Operation, d.Scope
+	switch {
+	case d.Method == events.EscMethodCache:
+		dec.CacheApproved++
+	case approved:
+		dec.Count++
+		dec.Approved++
+		dec.Suspended, dec.SuspendedAt = false, time.Time{} // a person approved again
+	default:
+		dec.Count++
+		dec.Denied++
+	}
+	score(&dec)
+	if err := s.Put(ctx, key, dec); err != nil {
+		return err
+	}
+	if !approved {
+		return nil
+	}
+	return s.Put(ctx, wk, escDecision{Key: key})
+}
+
+// escOutcome counts the reported outcome of an approval that fed the
+// cache, once; a failure suspends the record at once.
+func escOutcome(ctx context.Context, s events.Store, ev *events.Event) error {
+	var o events.EscalationOutcomeData
+	if json.Unmarshal(ev.Data(), &o) != nil {
+		return nil
+	}
+	wk := "esc." + ev.Subject()
+	var ed escDecision
+	ok, err := s.Get(ctx, wk, &ed)
+	if err != nil || !ok {
+		return err // not counted (a rule's approval, a denial) or already reported
+	}
+	var dec readmodel.Decision
+	if _, err := s.Get(ctx, ed.Key, &dec); err != nil {
+		return err
+	}
+	if o.Outcome == events.OutcomeFailure {
+		fail(&dec, ev.Time())
+	} else {
+		dec.Successes++
+	}
+	score(&dec)
+	if err := s.Put(ctx, ed.Key, dec); err != nil {
+		return err
+	}
+	return s.Delete(ctx, wk) // reported once
+}
+
+// fail counts a failure and suspends the record: "a failure lowers it at
+// once", whatever the success rate of a long history says.
+func fail(d *readmodel.Decision, at time.Time) {
+	d.Failures++
+	d.Suspended, d.SuspendedAt = true, at.UTC()
 }
 
 func score(d *readmodel.Decision) {
@@ -159,7 +260,7 @@ func score(d *readmodel.Decision) {
 	// Only an operation people approve can be a candidate for auto-approval:
 	// one they keep denying has no outcomes, so its success rate stays 1.
 	approved := d.Count > 0 && float64(d.Approved)/float64(d.Count) > 0.9
-	d.Candidate = d.Count > 3 && d.SuccessRate > 0.9 && approved
+	d.Candidate = d.Count > 3 && d.SuccessRate > 0.9 && approved && !d.Suspended
 	d.ConfidenceBoost = 0
 	if d.Candidate {
 		d.ConfidenceBoost = round3(min(0.3, float64(d.Count)*0.05))

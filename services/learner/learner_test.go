@@ -532,3 +532,143 @@ func TestDecisionCountedOnceWithQuorum(t *testing.T) {
 		}
 	}
 }
+
+// The learned cache from escalations: 4 approved and successful identical
+// requests make the 5th a candidate; one failure suspends it at once;
+// people approving again lift the suspension, and the success rate
+// decides when it is a candidate again.
+func TestEscalationCache(t *testing.T) {
+	p := learner.DecisionsProjection{}
+	s := mapStore{}
+	const op, scope = "git.push", "feature/*"
+	at := time.Duration(0)
+	n := 0
+	decide := func(method, decision string) string {
+		n++
+		id := fmt.Sprintf("esc-%d", n)
+		at += time.Minute
+		apply(t, p, s, events.EscalationDecided, id, at, events.EscalationDecidedData{Decision: decision, Method: method, By: "user:alice", Operation: op, Scope: scope})
+		return id
+	}
+	outcome := func(id, o string) {
+		at += time.Minute
+		apply(t, p, s, events.EscalationOutcome, id, at, events.EscalationOutcomeData{Outcome: o, By: "agent", Operation: op, Scope: scope, Decision: events.EscalationApproved})
+	}
+	get := func() readmodel.Decision {
+		var d readmodel.Decision
+		_, _ = s.Get(context.Background(), readmodel.DecisionKey(op, scope), &d)
+		return d
+	}
+	for i := 1; i <= 4; i++ {
+		id := decide(events.MethodUser, events.EscalationApproved)
+		if d := get(); d.Candidate != (i == 4) {
+			t.Fatalf("after %d approvals: %+v", i, d)
+		}
+		outcome(id, events.OutcomeSuccess)
+	}
+	d := get()
+	if !d.Candidate || d.Count != 4 || d.Successes != 4 || d.ConfidenceBoost != 0.2 {
+		t.Fatalf("after 4 approved and successful: %+v, want a candidate with boost 0.2", d)
+	}
+	// Neither a rule's approval nor the final action is a decision.
+	decide(events.EscMethodRule, events.EscalationApproved)
+	decide(events.EscMethodFinalAction, events.EscalationDenied)
+	if d := get(); d.Count != 4 || d.Denied != 0 {
+		t.Fatalf("a rule or the final action was counted: %+v", d)
+	}
+	// The cache's approval is not a decision (no self-reinforcement); its
+	// failure suspends the record at once.
+	id := decide(events.EscMethodCache, events.EscalationApproved)
+	if d := get(); d.Count != 4 || d.CacheApproved != 1 || !d.Candidate {
+		t.Fatalf("after the cache's approval: %+v", d)
+	}
+	outcome(id, events.OutcomeFailure)
+	outcome(id, events.OutcomeFailure) // reported twice: counted once
+	d = get()
+	if d.Candidate || !d.Suspended || d.Failures != 1 || d.ConfidenceBoost != 0 || !d.SuspendedAt.Equal(t0.Add(at-time.Minute)) {
+		t.Fatalf("after a failure: %+v, want suspended, no candidate", d)
+	}
+	// A person's denial does not lift it.
+	decide(events.MethodUser, events.EscalationDenied)
+	if d := get(); !d.Suspended || d.Candidate {
+		t.Fatalf("a denial lifted the suspension: %+v", d)
+	}
+	// People approve again: the suspension is lifted at the first approval,
+	// and the record is a candidate again once over 90% of outcomes
+	// succeeded: 10 of 11 (4 + 6 more), with more than 90% approvals.
+	for i := 1; i <= 6; i++ {
+		id := decide(events.MethodUser, events.EscalationApproved)
+		if d := get(); d.Suspended {
+			t.Fatalf("still suspended after a person's approval: %+v", d)
+		}
+		outcome(id, events.OutcomeSuccess)
+		d := get()
+		if want := i == 6; d.Candidate != want {
+			t.Fatalf("after %d approvals again: candidate %v, want %v (%+v)", i, d.Candidate, want, d)
+		}
+	}
+	// 11 decisions, 10 approved: 0.909 > 0.9.
+	if d := get(); d.Count != 11 || d.Approved != 10 || d.SuccessRate != 0.909 || d.ConfidenceBoost != 0.3 {
+		t.Fatalf("candidate again: %+v", d)
+	}
+	// An escalation's offer (a confirmation) is not a skill decision.
+	apply(t, p, s, events.ConfirmRequested, "esc-1-o1", at, events.ConfirmRequestedData{Message: "push?", Options: []events.Option{{Label: "Approve", Value: "approve"}},
+		Requester: "heed/escalator", Context: map[string]any{"escalation_id": "esc-1"}})
+	apply(t, p, s, events.ConfirmAnswered, "esc-1-o1", at, events.ConfirmAnsweredData{Choice: "approve", Method: events.MethodUser, By: "user:alice"})
+	if _, ok := s[readmodel.DecisionKey("direct/heed/escalator", "default")]; ok {
+		t.Error("an escalation's offer was counted as a confirmation's decision")
+	}
+	// Old values (before the cache from escalations) still decode.
+	var old readmodel.Decision
+	if err := json.Unmarshal([]byte(`{"operation":"a/b","scope":"default","count":5,"approved":5,"successes":5,"success_rate":1,"auto_approve_candidate":true,"confidence_boost":0.25}`), &old); err != nil || old.Suspended || !old.Candidate {
+		t.Errorf("old value: %+v %v", old, err)
+	}
+}
+
+func TestEscalationStats(t *testing.T) {
+	p := learner.StatsProjection{}
+	s := mapStore{}
+	day := 24 * time.Hour
+	req := events.EscalationRequestedData{Session: "s1", Operation: "op", Requester: "agent"}
+	esc := func(id string, at time.Duration, route, method, decision string, escalated ...string) {
+		apply(t, p, s, events.EscalationRequested, id, at, req)
+		apply(t, p, s, events.EscalationRouted, id, at, events.EscalationRoutedData{Decision: route, Reason: "r"})
+		for _, r := range escalated {
+			apply(t, p, s, events.EscalationEscalated, id, at, events.EscalationEscalatedData{FromTier: "t1", Reason: r, EscalationCount: 1})
+		}
+		if method != "" {
+			apply(t, p, s, events.EscalationDecided, id, at+time.Minute, events.EscalationDecidedData{Decision: decision, Method: method, By: "x", Operation: "op"})
+		}
+	}
+	esc("e1", 0, events.RouteAutoApprove, events.EscMethodRule, events.EscalationApproved)
+	esc("e2", 0, events.RouteConditionalApprove, events.EscMethodRule, events.EscalationApproved)
+	esc("e3", day, events.RouteCachedApprove, events.EscMethodCache, events.EscalationApproved)
+	esc("e4", day, events.RouteEscalate, events.MethodUser, events.EscalationApproved, events.EscalateTimeout)
+	esc("e5", day, events.RouteEscalate, events.EscMethodFinalAction, events.EscalationDenied, events.EscalateUnreachable, events.EscalateTimeout)
+	esc("e6", day, events.RouteEscalate, "", "") // held
+	apply(t, p, s, events.EscalationOutcome, "e3", day+time.Hour, events.EscalationOutcomeData{Outcome: events.OutcomeFailure, By: "agent", Operation: "op", Decision: "approved"})
+	var st readmodel.EscalationStats
+	if ok, _ := s.Get(context.Background(), readmodel.EscalationStatsKey, &st); !ok {
+		t.Fatal("no escalation stats")
+	}
+	if st.Requested != 6 || st.Routed[events.RouteEscalate] != 3 || st.Routed[events.RouteAutoApprove] != 1 || st.Routed[events.RouteCachedApprove] != 1 {
+		t.Errorf("requested/routed: %+v", st)
+	}
+	if st.Decided[events.EscMethodRule] != 2 || st.Decided[events.EscMethodCache] != 1 || st.Decided[events.MethodUser] != 1 || st.Decided[events.EscMethodFinalAction] != 1 {
+		t.Errorf("decided: %v", st.Decided)
+	}
+	if st.Escalated[events.EscalateTimeout] != 2 || st.Escalated[events.EscalateUnreachable] != 1 || st.Approved != 4 || st.Denied != 1 || st.Failures != 1 {
+		t.Errorf("escalated/approved/outcomes: %+v", st)
+	}
+	if st.Avoided != 3 || st.AvoidedShare() != 0.6 {
+		t.Errorf("avoided %d (%v), want 3 of 5", st.Avoided, st.AvoidedShare())
+	}
+	d0, d1 := t0.Format("2006-01-02"), t0.Add(day).Format("2006-01-02")
+	if st.Daily[d0] != (readmodel.EscalationPeriod{Requested: 2, Decided: 2, Avoided: 2}) || st.Daily[d1] != (readmodel.EscalationPeriod{Requested: 4, Decided: 3, Avoided: 1}) {
+		t.Errorf("daily: %v", st.Daily)
+	}
+	// The failure statistics are another key, untouched.
+	if _, ok := s[readmodel.StatsKey]; ok {
+		t.Error("escalations counted as failures")
+	}
+}

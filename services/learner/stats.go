@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
@@ -18,11 +19,15 @@ type StatsProjection struct{}
 func (StatsProjection) Name() string   { return "stats" }
 func (StatsProjection) Bucket() string { return readmodel.StatsBucket }
 func (StatsProjection) Filters() []string {
-	return []string{"heed.run.*.step.failed", "heed.run.*.heal.>", "heed.fix.*.learned"}
+	return []string{"heed.run.*.step.failed", "heed.run.*.heal.>", "heed.fix.*.learned",
+		"heed.escalation.*.requested", "heed.escalation.*.routed", "heed.escalation.*.escalated", "heed.escalation.*.decided", "heed.escalation.*.outcome"}
 }
 
 // Apply counts one event.
 func (StatsProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	if strings.HasPrefix(ev.Type(), "heed.escalation.") {
+		return escalationStats(ctx, s, ev)
+	}
 	var st readmodel.FailureStats
 	if _, err := s.Get(ctx, readmodel.StatsKey, &st); err != nil {
 		return err
@@ -86,4 +91,81 @@ func prune(m map[string]readmodel.Period, before string) {
 			delete(m, k)
 		}
 	}
+}
+
+// escalationStats counts one escalation event into
+// readmodel.EscalationStats (each event once: the escalator's ids are
+// deterministic and JetStream drops a duplicate).
+func escalationStats(ctx context.Context, s events.Store, ev *events.Event) error {
+	var st readmodel.EscalationStats
+	if _, err := s.Get(ctx, readmodel.EscalationStatsKey, &st); err != nil {
+		return err
+	}
+	if st.Routed == nil {
+		st.Routed, st.Decided, st.Escalated = map[string]int{}, map[string]int{}, map[string]int{}
+	}
+	if st.Daily == nil {
+		st.Daily = map[string]readmodel.EscalationPeriod{}
+	}
+	t := ev.Time().UTC()
+	day := t.Format("2006-01-02")
+	p := st.Daily[day]
+	switch events.Type(ev.Type()) {
+	case events.EscalationRequested:
+		st.Requested++
+		p.Requested++
+	case events.EscalationRouted:
+		var d events.EscalationRoutedData
+		if json.Unmarshal(ev.Data(), &d) != nil || d.Decision == "" {
+			return nil
+		}
+		st.Routed[d.Decision]++
+	case events.EscalationEscalated:
+		var d events.EscalationEscalatedData
+		if json.Unmarshal(ev.Data(), &d) != nil || d.Reason == "" {
+			return nil
+		}
+		st.Escalated[d.Reason]++
+	case events.EscalationDecided:
+		var d events.EscalationDecidedData
+		if json.Unmarshal(ev.Data(), &d) != nil || d.Method == "" {
+			return nil
+		}
+		st.Decided[d.Method]++
+		p.Decided++
+		if d.Decision == events.EscalationApproved {
+			st.Approved++
+		} else {
+			st.Denied++
+		}
+		// Avoided: nobody was asked (a rule, a conditional rule, the cache);
+		// the final action is not avoided: people were asked and nobody
+		// answered.
+		if d.Method == events.EscMethodRule || d.Method == events.EscMethodCache {
+			st.Avoided++
+			p.Avoided++
+		}
+	case events.EscalationOutcome:
+		var d events.EscalationOutcomeData
+		if json.Unmarshal(ev.Data(), &d) != nil {
+			return nil
+		}
+		if d.Outcome == events.OutcomeFailure {
+			st.Failures++
+		} else {
+			st.Successes++
+		}
+	default:
+		return nil
+	}
+	st.Daily[day] = p
+	if t.After(st.Last) {
+		st.Last = t
+	}
+	for k := range st.Daily {
+		if k < st.Last.AddDate(0, 0, -statsDays).Format("2006-01-02") {
+			delete(st.Daily, k)
+		}
+	}
+	return s.Put(ctx, readmodel.EscalationStatsKey, st)
 }

@@ -14,13 +14,16 @@ func newAuditCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit ID",
-		Short: "Show the ordered history of one run or confirmation, from the log",
-		Long: `Show every event of one aggregate (a run or a confirmation) in log order, read
-from the event stream itself. For a run, the events of the confirmations it
-asked for are merged in. --json prints the CloudEvents in JSON format, one per
-line.`,
+		Short: "Show the ordered history of one run, confirmation or escalation, from the log",
+		Long: `Show every event of one aggregate (a run, a confirmation or an escalation) in
+log order, read from the event stream itself. For a run, the events of the
+confirmations it asked for are merged in; for an escalation, the events of
+each offer's confirmation (requested, answers and votes with who and where,
+refused answers, expiry at the tier's timeout). --json prints the CloudEvents
+in JSON format, one per line.`,
 		Example: `  heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt
   heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt-s1-a1      # one confirmation
+  heed audit esc-01kmz3h7q8r2v5x9c4d6e8f0gt          # one escalation
   heed audit 01kmz3h7q8r2v5x9c4d6e8f0gt --json | jq -r .type`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeRuns(),
@@ -28,7 +31,7 @@ line.`,
 			ctx := cmd.Context()
 			id := args[0]
 			if !events.ValidID(id) {
-				return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run or confirmation id", id)
+				return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run, confirmation or escalation id", id)
 			}
 			c, err := g.connect(ctx)
 			if err != nil {
@@ -101,6 +104,9 @@ line.`,
 					if x.Skill != "" {
 						fmt.Fprintf(out, " (skill %s)", x.Skill)
 					}
+					if x.Kind == "escalation" {
+						fmt.Fprint(out, escalationHeader(x))
+					}
 					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", pal.status(x.Status), x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
 				}
 			}
@@ -135,7 +141,13 @@ line.`,
 					t.row(fmt.Sprint(it.seq), "", pal.red("INVALID"), it.raw.Subject, fmt.Sprintf("rejected: %v", it.bad))
 					continue
 				}
-				detail := summarize(it.ev)
+				detail, ok := summarizeEscalation(it.ev)
+				if !ok {
+					detail, ok = offerRequestSummary(it.ev)
+				}
+				if !ok {
+					detail = summarize(it.ev)
+				}
 				if why, ok := refused[it.seq]; ok {
 					detail += "  " + pal.red("✗ refused: "+why)
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -192,13 +193,92 @@ type statsReport struct {
 	Daily          map[string]readmodel.Period `json:"daily"`
 	Weekly         map[string]readmodel.Period `json:"weekly"`
 	Decisions      []readmodel.Decision        `json:"decisions"`
+	Escalations    escalationReport            `json:"escalations"`
+}
+
+// escalationReport is the Escalations section of heed stats.
+type escalationReport struct {
+	Requested int            `json:"requested"`
+	Routed    map[string]int `json:"routed"`
+	Decided   map[string]int `json:"decided"`
+	Escalated map[string]int `json:"escalated"`
+	Approved  int            `json:"approved"`
+	Denied    int            `json:"denied"`
+	// Avoided of DecidedTotal were decided without a person.
+	Avoided      int                                   `json:"avoided"`
+	DecidedTotal int                                   `json:"decided_total"`
+	AvoidedShare float64                               `json:"avoided_share"`
+	Successes    int                                   `json:"successes"`
+	Failures     int                                   `json:"failures"`
+	Daily        map[string]readmodel.EscalationPeriod `json:"daily"`
+}
+
+func newEscalationReport(st readmodel.EscalationStats) escalationReport {
+	r := escalationReport{Requested: st.Requested, Routed: st.Routed, Decided: st.Decided, Escalated: st.Escalated,
+		Approved: st.Approved, Denied: st.Denied, Avoided: st.Avoided, AvoidedShare: st.AvoidedShare(),
+		Successes: st.Successes, Failures: st.Failures, Daily: st.Daily}
+	for _, n := range st.Decided {
+		r.DecidedTotal += n
+	}
+	for _, m := range []*map[string]int{&r.Routed, &r.Decided, &r.Escalated} {
+		if *m == nil {
+			*m = map[string]int{}
+		}
+	}
+	if r.Daily == nil {
+		r.Daily = map[string]readmodel.EscalationPeriod{}
+	}
+	return r
+}
+
+// print writes the Escalations section; nothing when there were none.
+func (r escalationReport) print(out io.Writer) {
+	if r.Requested == 0 && r.DecidedTotal == 0 {
+		return
+	}
+	fmt.Fprintln(out, "Escalations:")
+	fmt.Fprintf(out, "  escalations avoided: %d of %d (%.1f%%)  decided without a person: rules, conditional rules, the learned cache\n", r.Avoided, r.DecidedTotal, r.AvoidedShare*100)
+	fmt.Fprintf(out, "  requested %d  approved %d  denied %d  held %d\n", r.Requested, r.Approved, r.Denied, max(0, r.Requested-r.DecidedTotal))
+	line := func(label string, m map[string]int, keys ...string) {
+		var parts []string
+		for _, k := range keys {
+			if m[k] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(out, "  %-13s %s\n", label, strings.Join(parts, "  "))
+		}
+	}
+	line("routed:", r.Routed, events.RouteAutoApprove, events.RouteConditionalApprove, events.RouteCachedApprove, events.RouteEscalate, events.RouteDeny)
+	line("decided by:", r.Decided, events.EscMethodRule, events.EscMethodCache, events.MethodUser, events.EscMethodFinalAction)
+	line("escalated:", r.Escalated, events.EscalateTimeout, events.EscalateUnreachable, events.EscalatePassed)
+	if r.Successes+r.Failures > 0 {
+		fmt.Fprintf(out, "  outcomes:     success %d  failure %d\n", r.Successes, r.Failures)
+	}
+	days := make([]string, 0, len(r.Daily))
+	for d := range r.Daily {
+		days = append(days, d)
+	}
+	sort.Strings(days)
+	if len(days) > 14 {
+		days = days[len(days)-14:]
+	}
+	for _, d := range days {
+		p := r.Daily[d]
+		share := 0.0
+		if p.Decided > 0 {
+			share = float64(p.Avoided) / float64(p.Decided) * 100
+		}
+		fmt.Fprintf(out, "  %s  requested %5d  decided %5d  avoided %5d  (%5.1f%%)\n", d, p.Requested, p.Decided, p.Avoided, share)
+	}
 }
 
 func newStatsCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Auto-heal rate, failures by type, fixes learned, patterns active, decisions, and the trend",
+		Short: "Auto-heal rate, failures by type, fixes learned, patterns active, decisions, escalations avoided, and the trend",
 		Example: `  heed stats
   heed stats --json | jq .auto_heal_rate`,
 		Args: cobra.NoArgs,
@@ -236,6 +316,11 @@ func newStatsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			sort.Slice(rep.Decisions, func(i, j int) bool { return rep.Decisions[i].Count > rep.Decisions[j].Count })
+			est, err := c.EscalationStats(ctx)
+			if err != nil {
+				return err
+			}
+			rep.Escalations = newEscalationReport(est)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				printJSON(out, rep)
@@ -276,10 +361,15 @@ func newStatsCmd(g *globals) *cobra.Command {
 				t := newTable(out)
 				t.row("", "OPERATION", "SCOPE", "COUNT", "SUCCESS", "AUTO-APPROVE CANDIDATE")
 				for _, d := range rep.Decisions {
-					t.row("", truncate(d.Operation, 48), d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), fmt.Sprint(d.Candidate))
+					cand := fmt.Sprint(d.Candidate)
+					if d.Suspended {
+						cand += " (suspended: a failure; a person must approve again)"
+					}
+					t.row("", truncate(d.Operation, 48), d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
 				}
 				t.Flush()
 			}
+			rep.Escalations.print(out)
 			return nil
 		}),
 	}

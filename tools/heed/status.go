@@ -17,8 +17,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "status [RUN-ID]",
-		Short: "Show every service's health, or a run's state step by step",
+		Use:   "status [RUN-ID|ESCALATION-ID]",
+		Short: "Show every service's health, a run's state step by step, or an escalation's",
 		Long: `Without an argument: every heed service's health (heed.svc.<name>.health):
 ok, degraded with the reasons (a durable consumer gone, lagging past the
 threshold or stopped; not connected to NATS), or missing (no answer). The exit
@@ -27,7 +27,11 @@ status is 0 when every service is ok, 1 otherwise.
 With a run id: where the run stands: its status, each step's state and
 attempt, what healing decided about a failed attempt, and what the run waits
 for. The state is folded from the run's events in the log, exactly as the
-runner and the healer fold it (lib/runstate). --json prints the folded state.`,
+runner and the healer fold it (lib/runstate). --json prints the folded state.
+
+With an escalation id: its index entry (held, approved or denied, the
+operation, the route, the tier, who decided and how, the outcome); heed audit
+shows its whole story.`,
 		Example: `  heed status
   heed status 01kmz3h7q8r2v5x9c4d6e8f0gt
   heed status 01kmz3h7q8r2v5x9c4d6e8f0gt --json | jq '.steps[] | {name, status}'`,
@@ -43,11 +47,20 @@ runner and the healer fold it (lib/runstate). --json prints the folded state.`,
 			if len(args) == 0 {
 				return printServices(cmd.OutOrStdout(), g.palette(cmd), c.Health(cmd.Context(), timeout), asJSON)
 			}
+			out := cmd.OutOrStdout()
+			// An escalation id: its index entry (heed audit tells the story).
+			if x, ok, err := c.IndexEntry(cmd.Context(), "escalation", args[0]); err == nil && ok {
+				if asJSON {
+					printJSON(out, x)
+					return nil
+				}
+				printEscalationEntry(out, g.palette(cmd), x)
+				return nil
+			}
 			r, err := c.Run(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if asJSON {
 				printJSON(out, r)
 				return nil

@@ -734,7 +734,7 @@ func TestAuditTailReplay(t *testing.T) {
 
 	t.Run("audit invalid id", func(t *testing.T) {
 		out, errOut, code := cli("audit", "not.an.id")
-		if code != 2 || !strings.Contains(errOut, "not a valid run or confirmation id") {
+		if code != 2 || !strings.Contains(errOut, "not a valid run, confirmation or escalation id") {
 			t.Error(show([]string{"audit", "not.an.id"}, out, errOut, code))
 		}
 	})
