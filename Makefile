@@ -35,6 +35,7 @@ build:
 	$(GO) build -o bin/heed-learner ./services/learner/cmd/heed-learner
 	$(GO) build -o bin/heed-confirm-router ./services/confirm/cmd/heed-confirm-router
 	$(GO) build -o bin/heed-healer ./services/healer/cmd/heed-healer
+	$(GO) build -o bin/heed-escalator ./services/escalator/cmd/heed-escalator
 	$(GO) build -o bin/heed-loadgen ./tools/loadgen
 
 ## run: heed with an embedded NATS server and every service, data in $(DATA)

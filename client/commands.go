@@ -70,3 +70,31 @@ func (c *Client) LearnFix(ctx context.Context, req command.LearnFix) (command.Fi
 func (c *Client) ForgetFix(ctx context.Context, req command.ForgetFix) (command.FixReply, error) {
 	return call[command.FixReply](ctx, c, command.FixForget, req)
 }
+
+// RequestEscalation asks for permission to do an operation
+// (heed.cmd.escalation.request). It returns at once: Status held means a
+// tier decides (wait with WaitEscalation, or poll EscalationStatus);
+// approved or denied means a rule or the learned cache decided already.
+func (c *Client) RequestEscalation(ctx context.Context, req command.RequestEscalation) (command.EscalationReply, error) {
+	return call[command.EscalationReply](ctx, c, command.EscalationRequest, req)
+}
+
+// EscalationStatus is an escalation's folded state
+// (heed.cmd.escalation.status); an unknown id is an error with code
+// not_found.
+func (c *Client) EscalationStatus(ctx context.Context, id string) (command.EscalationState, error) {
+	return call[command.EscalationState](ctx, c, command.EscalationStatus, command.EscalationStatusRequest{ID: id})
+}
+
+// Held says whether a session may start new risky work and lists its held
+// requests (heed.cmd.escalation.held); an empty session lists every
+// session with held requests in Sessions.
+func (c *Client) Held(ctx context.Context, session string) (command.HeldReply, error) {
+	return call[command.HeldReply](ctx, c, command.EscalationHeld, command.HeldRequest{Session: session})
+}
+
+// ReportOutcome tells heed how a decided operation went
+// (heed.cmd.escalation.outcome), once per escalation.
+func (c *Client) ReportOutcome(ctx context.Context, req command.ReportOutcome) (command.OutcomeReply, error) {
+	return call[command.OutcomeReply](ctx, c, command.EscalationOutcome, req)
+}

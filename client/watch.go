@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/escalation"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -219,6 +221,22 @@ func (c *Client) WaitAnswer(ctx context.Context, id string) (*confirmation.State
 			return false, err
 		}
 		return st.Answer != nil, nil
+	})
+	return st, err
+}
+
+// WaitEscalation follows an escalation's events until it is decided
+// (heed.escalation.<id>.decided) or ctx ends, and returns its state.
+func (c *Client) WaitEscalation(ctx context.Context, id string) (*command.EscalationState, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid escalation id", id)
+	}
+	st := escalation.New(id)
+	err := c.followHistory(ctx, events.SubjectFilter("escalation", id), 0, func(seq, _ uint64, ev *events.Event) (bool, error) {
+		if err := escalation.Apply(st, ev, seq); err != nil {
+			return false, err
+		}
+		return st.Decided != nil, nil
 	})
 	return st, err
 }

@@ -56,6 +56,17 @@ const (
 	PrefForgotten Type = "heed.pref.forgotten"
 )
 
+// Escalation events: one aggregate per escalation request of an agent
+// session, subject heed.escalation.<esc-id>.<verb> (docs/ESCALATIONS.md).
+const (
+	EscalationRequested Type = "heed.escalation.requested"
+	EscalationRouted    Type = "heed.escalation.routed"
+	EscalationOffered   Type = "heed.escalation.offered"
+	EscalationEscalated Type = "heed.escalation.escalated"
+	EscalationDecided   Type = "heed.escalation.decided"
+	EscalationOutcome   Type = "heed.escalation.outcome"
+)
+
 // TypeInfo describes one event type for the catalog (docs/EVENTS.md is
 // checked against it and against schemas/ by a test).
 type TypeInfo struct {
@@ -89,13 +100,19 @@ var catalog = []TypeInfo{
 	{HealEscalated, []string{"healer"}, []string{"runner", "agents", "learner", "indexer"}, "the failure was handed to the run's agent"},
 	{FixLearned, []string{"healer", "cli"}, []string{"learner", "indexer"}, "a fix for a tool failure was learned (from an agent) or taught (by a person)"},
 	{FixForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a learned fix was revoked"},
-	{ConfirmRequested, []string{"runner", "confirm-router", "agent"}, []string{"confirm-router", "channels", "indexer"}, "a question with options awaits an answer"},
-	{ConfirmAnswered, []string{"confirm-router", "runner", "agent"}, []string{"runner", "confirm-router", "learner", "indexer"}, "an answer to a confirmation; the first valid one in log order takes effect"},
-	{ConfirmExpired, []string{"confirm-router (when the deadline's schedule fires)", "agent"}, []string{"confirm-router", "runner", "indexer"}, "a confirmation reached its deadline"},
+	{ConfirmRequested, []string{"runner", "confirm-router", "escalator", "agent"}, []string{"confirm-router", "channels", "indexer"}, "a question with options awaits an answer"},
+	{ConfirmAnswered, []string{"confirm-router", "runner", "agent"}, []string{"runner", "confirm-router", "escalator", "learner", "indexer"}, "an answer to a confirmation; the first valid one in log order takes effect"},
+	{ConfirmExpired, []string{"confirm-router (when the deadline's schedule fires)", "agent"}, []string{"confirm-router", "runner", "escalator", "indexer"}, "a confirmation reached its deadline"},
 	{ConfirmRefused, []string{"confirm-router"}, []string{"indexer", "channels", "agents"}, "an answer did not take effect: why, and which answer did"},
 	{ConfirmDelegated, []string{"confirm-router"}, []string{"agents", "indexer"}, "a confirmation was handed to the run's agent (ai_assist)"},
 	{PrefSet, []string{"confirm-router"}, []string{"learner", "indexer"}, "a choice was remembered (always for this skill step or error)"},
 	{PrefForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a remembered choice was revoked"},
+	{EscalationRequested, []string{"escalator"}, []string{"escalator", "learner", "indexer"}, "an agent session asks to do a risky operation (never blocked: it goes on while the request is held)"},
+	{EscalationRouted, []string{"escalator"}, []string{"escalator", "learner", "indexer", "agents"}, "the routing decision with its risk score, rule, reason, priority, first tier and safeguards"},
+	{EscalationOffered, []string{"escalator"}, []string{"escalator", "indexer"}, "the request was offered to a tier as the confirmation <esc-id>-o<n>, until its deadline"},
+	{EscalationEscalated, []string{"escalator"}, []string{"escalator", "indexer"}, "the request moved past a tier: timeout, unreachable (nobody present) or passed on by an approver"},
+	{EscalationDecided, []string{"escalator"}, []string{"escalator", "learner", "indexer", "agents"}, "approved or denied: by a rule, the learned cache, a person or the final action; carries the safeguards"},
+	{EscalationOutcome, []string{"escalator (heed.cmd.escalation.outcome)"}, []string{"learner", "indexer"}, "the agent reported how the decided operation went (success or failure)"},
 }
 
 // Catalog returns a copy of the catalog sorted by type.

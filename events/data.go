@@ -482,6 +482,9 @@ var dataTypes = map[Type]reflect.Type{
 	ConfirmRequested: reflect.TypeFor[ConfirmRequestedData](), ConfirmAnswered: reflect.TypeFor[ConfirmAnsweredData](), ConfirmExpired: reflect.TypeFor[ConfirmExpiredData](),
 	ConfirmDelegated: reflect.TypeFor[ConfirmDelegatedData](), ConfirmRefused: reflect.TypeFor[ConfirmRefusedData](),
 	PrefSet: reflect.TypeFor[PrefSetData](), PrefForgotten: reflect.TypeFor[PrefForgottenData](),
+	EscalationRequested: reflect.TypeFor[EscalationRequestedData](), EscalationRouted: reflect.TypeFor[EscalationRoutedData](),
+	EscalationOffered: reflect.TypeFor[EscalationOfferedData](), EscalationEscalated: reflect.TypeFor[EscalationEscalatedData](),
+	EscalationDecided: reflect.TypeFor[EscalationDecidedData](), EscalationOutcome: reflect.TypeFor[EscalationOutcomeData](),
 }
 
 // DataType is the Go type of an event type's data (a test checks each

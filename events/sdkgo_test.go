@@ -21,6 +21,7 @@ import (
 // schemas, so the structs and the schemas cannot drift apart unnoticed.
 func samples() map[events.Type]any {
 	idx := 1
+	risk := 0.95
 	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	opts := []events.Option{{Label: "Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}}
 	errInfo := events.ErrorInfo{Message: "manifest unknown: quay.io/app:abc1234", Kind: "exit"}
@@ -53,6 +54,15 @@ func samples() map[events.Type]any {
 		events.ConfirmRefused:   events.ConfirmRefusedData{AnswerID: "a2", AnswerSeq: 7, Choice: "cancel", Method: events.MethodUser, By: "user:bob", Code: "already_answered", Reason: "already answered", Winner: &events.AnswerRef{EventID: "a1", Choice: "proceed", Method: events.MethodUser, By: "user:alice", At: at}},
 		events.PrefSet:          events.PrefSetData{Scope: events.ScopeSkillStep, Skill: "release", Step: "confirm", Choice: "proceed", By: "user:alice"},
 		events.PrefForgotten:    events.PrefForgottenData{By: "user:alice"},
+		events.EscalationRequested: events.EscalationRequestedData{Session: "agent/s1", Operation: "force_push", Scope: "main", Environment: "prod", Risk: &risk, Requester: "agent/s1",
+			Approvers: []string{"user:alice"}, Quorum: &events.Quorum{Required: 2, Veto: []string{"deny"}}},
+		events.EscalationRouted: events.EscalationRoutedData{Decision: events.RouteEscalate, Risk: risk, RiskSource: events.RiskFromRule, RiskRule: "force_push", Confidence: 0.5, Critical: true,
+			Rule: "critical", Reason: "CRITICAL: force_push (risk=95%)", Priority: 10, Tier: "top", Safeguards: &events.Safeguards{LogExtra: true}, Cache: &events.CacheEvidence{Count: 4, SuccessRate: 1, ConfidenceBoost: 0.2}},
+		events.EscalationOffered:   events.EscalationOfferedData{Tier: "top", TierIndex: 2, Offer: 1, ConfirmID: "e1-o1", Members: []string{"user:alice"}, Deadline: at, TimeoutS: 300, Priority: 10},
+		events.EscalationEscalated: events.EscalationEscalatedData{FromTier: "tier1", ToTier: "tier2", EscalationCount: 1, Reason: events.EscalateUnreachable, Tried: []string{"user:bob"}},
+		events.EscalationDecided: events.EscalationDecidedData{Decision: events.EscalationApproved, Method: events.MethodUser, By: "user:alice", Channel: "slack", ConfirmID: "e1-o1",
+			Votes: []events.EscalationVote{{Choice: "approve", By: "user:alice", At: at}}, HeldMS: 1200, Operation: "force_push", Scope: "main"},
+		events.EscalationOutcome: events.EscalationOutcomeData{Outcome: events.OutcomeSuccess, By: "agent/s1", Operation: "force_push", Scope: "main", Decision: events.EscalationApproved},
 	}
 }
 

@@ -25,6 +25,7 @@ require github.com/heedhq/heed/services/learner v0.0.0
 require (
 	github.com/heedhq/heed/client v0.0.0
 	github.com/heedhq/heed/lib v0.0.0
+	github.com/heedhq/heed/services/escalator v0.0.0
 	github.com/heedhq/heed/services/healer v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
@@ -74,6 +75,7 @@ replace (
 	github.com/heedhq/heed/lib => ../lib
 	github.com/heedhq/heed/schemas => ../schemas
 	github.com/heedhq/heed/services/confirm => ../services/confirm
+	github.com/heedhq/heed/services/escalator => ../services/escalator
 	github.com/heedhq/heed/services/healer => ../services/healer
 	github.com/heedhq/heed/services/indexer => ../services/indexer
 	github.com/heedhq/heed/services/learner => ../services/learner

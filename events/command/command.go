@@ -19,20 +19,26 @@ import (
 
 // Command subjects. Commands are never captured by a stream.
 const (
-	RunStart        = events.CommandPrefix + ".run.start"
-	RunContinue     = events.CommandPrefix + ".run.continue"
-	RunRetry        = events.CommandPrefix + ".run.retry"
-	RunCancel       = events.CommandPrefix + ".run.cancel"
-	ConfirmRequest  = events.CommandPrefix + ".confirm.request"
-	ConfirmAnswer   = events.CommandPrefix + ".confirm.answer"
-	FixLearn        = events.CommandPrefix + ".fix.learn"
-	FixForget       = events.CommandPrefix + ".fix.forget"
-	allCommandsHelp = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}"
+	RunStart       = events.CommandPrefix + ".run.start"
+	RunContinue    = events.CommandPrefix + ".run.continue"
+	RunRetry       = events.CommandPrefix + ".run.retry"
+	RunCancel      = events.CommandPrefix + ".run.cancel"
+	ConfirmRequest = events.CommandPrefix + ".confirm.request"
+	ConfirmAnswer  = events.CommandPrefix + ".confirm.answer"
+	FixLearn       = events.CommandPrefix + ".fix.learn"
+	FixForget      = events.CommandPrefix + ".fix.forget"
+	// Escalations, served by the escalator (docs/ESCALATIONS.md).
+	EscalationRequest = events.CommandPrefix + ".escalation.request"
+	EscalationStatus  = events.CommandPrefix + ".escalation.status"
+	EscalationHeld    = events.CommandPrefix + ".escalation.held"
+	EscalationOutcome = events.CommandPrefix + ".escalation.outcome"
+	allCommandsHelp   = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}, heed.cmd.escalation.{request,status,held,outcome}"
 )
 
 // Subjects lists every command subject.
 func Subjects() []string {
-	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget}
+	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget,
+		EscalationRequest, EscalationStatus, EscalationHeld, EscalationOutcome}
 }
 
 // SkillSource is a skill's YAML and where it came from.

@@ -19,12 +19,13 @@ import (
 
 // Bucket names.
 const (
-	IndexBucket     = "heed_index"     // indexer: one entry per aggregate
-	PrefsBucket     = "heed_prefs"     // learner: remembered choices
-	FixesBucket     = "heed_fixes"     // learner: learned fixes
-	StatsBucket     = "heed_stats"     // learner: failure statistics
-	DecisionsBucket = "heed_decisions" // learner: decision statistics per operation and scope
-	PatternsBucket  = "heed_patterns"  // learner: usage patterns of tool failures
+	IndexBucket       = "heed_index"       // indexer: one entry per aggregate
+	PrefsBucket       = "heed_prefs"       // learner: remembered choices
+	FixesBucket       = "heed_fixes"       // learner: learned fixes
+	StatsBucket       = "heed_stats"       // learner: failure statistics
+	DecisionsBucket   = "heed_decisions"   // learner: decision statistics per operation and scope
+	PatternsBucket    = "heed_patterns"    // learner: usage patterns of tool failures
+	EscalationsBucket = "heed_escalations" // escalator: escalations and each session's held requests
 )
 
 // IndexConsumer is the indexer's durable consumer on the event stream: its
@@ -44,6 +45,7 @@ var buckets = []BucketInfo{
 	{events.BucketSpec{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"}, "learner", "`<fix-id>` (`fix-` + 20 hex, see events.FixID)"},
 	{events.BucketSpec{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"}, "learner", "`failures`"},
 	{events.BucketSpec{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"}, "learner", "`op.<operation>.<scope>` (see DecisionKey); `req.<confirm-id>` and `run.<run-id>` hold the learner's working state"},
+	{events.BucketSpec{Name: EscalationsBucket, Description: "heed escalations: each request's summary and status, each session's held requests"}, "escalator", "`esc.<esc-id>` (see EscalationKey); `session.<token>` lists a session's held requests (see SessionKey, token = events.Token(session))"},
 	{events.BucketSpec{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"}, "learner", "`<pattern-id>` (`pat-` + 20 hex); `tool.<tool>` lists a tool's patterns; `call.<run-id>` holds the shapes of a run's calls until their results (removed with the last result, or when the run ends)"},
 }
 

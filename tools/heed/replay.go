@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/heedhq/heed/services/escalator"
 	"strings"
 
 	"github.com/heedhq/heed/events"
@@ -13,7 +14,7 @@ import (
 
 // projections are every KV projection heed keeps; replay rebuilds each.
 func projections() []events.Projection {
-	return append([]events.Projection{indexer.Projection{}}, learner.Projections()...)
+	return append(append([]events.Projection{indexer.Projection{}}, learner.Projections()...), &escalator.Projection{})
 }
 
 func newReplayCmd(g *globals) *cobra.Command {

@@ -22,6 +22,7 @@ import (
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/heedhq/heed/services/confirm"
+	"github.com/heedhq/heed/services/escalator"
 	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
@@ -51,6 +52,9 @@ func landedServices(o upOptions) []struct {
 		{"healer", func(ctx context.Context, rt *service.Runtime) error {
 			return healer.Run(ctx, rt, healer.Config{ToolsFile: o.toolsFile, RulesFile: o.healerConfig})
 		}},
+		{"escalator", func(ctx context.Context, rt *service.Runtime) error {
+			return escalator.Run(ctx, rt, escalator.Config{ConfigFile: o.escalationConfig})
+		}},
 	}
 }
 
@@ -70,7 +74,7 @@ func defaultDataDir() string {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig, metricsListen, natsMonitor string
+	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig, escalationConfig, metricsListen, natsMonitor string
 	var health service.HealthConfig
 	var replicas int
 	var sweepEvery, sweepQuiet, abandonAfter time.Duration
@@ -105,6 +109,9 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			if err := checkUpFiles(toolsFile, rulesFile, healerConfig, replicas); err != nil {
 				return err
 			}
+			if err := checkEscalationConfig(escalationConfig); err != nil {
+				return err
+			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
@@ -112,7 +119,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 				return err
 			}
 			return runUp(cmd.Context(), log, upOptions{
-				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig,
+				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig, escalationConfig: escalationConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
 				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
@@ -126,8 +133,9 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
+	cmd.Flags().StringVar(&escalationConfig, "escalation-config", "", "escalation config: tiers, risk rules, auto-approve rules, routing (default: built-in; see docs/ESCALATIONS.md)")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
-	for _, f := range []string{"tools", "rules", "healer-config"} {
+	for _, f := range []string{"tools", "rules", "healer-config", "escalation-config"} {
 		_ = cmd.RegisterFlagCompletionFunc(f, completeYAML)
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
@@ -168,6 +176,7 @@ func setMemoryLimit(log *slog.Logger, mib int64, given bool) {
 type upOptions struct {
 	dataDir, listen, natsURL, natsConfig string
 	toolsFile, rulesFile, healerConfig   string
+	escalationConfig                     string
 	replicas                             int
 	sweepEvery, sweepQuiet, abandonAfter time.Duration
 	syncAlways                           bool
@@ -422,6 +431,18 @@ func checkUpFiles(toolsFile, rulesFile, healerConfig string, replicas int) error
 		if _, err := healer.LoadRules(healerConfig); err != nil {
 			return badInput("--healer-config: %s", flatten(err))
 		}
+	}
+	return nil
+}
+
+// checkEscalationConfig refuses a bad escalation config before anything
+// starts (exit 2).
+func checkEscalationConfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := escalator.LoadRules(path); err != nil {
+		return badInput("--escalation-config: %s", flatten(err))
 	}
 	return nil
 }

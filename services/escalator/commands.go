@@ -1,0 +1,137 @@
+package escalator
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/escalation"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+)
+
+// commandTimeout bounds one escalation command.
+const commandTimeout = 10 * time.Second
+
+func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Service, error) {
+	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-escalator-commands", Version: service.Version, Description: "heed escalator commands: request, status, held, outcome"})
+	if err != nil {
+		return nil, fmt.Errorf("register commands: %w", err)
+	}
+	v := e.bus.Codec().Validator()
+	g := svc.AddGroup(events.CommandPrefix + ".escalation")
+	for _, ep := range []struct {
+		name string
+		h    micro.Handler
+	}{
+		{"request", command.Handler(ctx, v, command.EscalationRequest, commandTimeout, e.request)},
+		{"status", command.Handler(ctx, v, command.EscalationStatus, commandTimeout, e.status)},
+		{"held", command.Handler(ctx, v, command.EscalationHeld, commandTimeout, e.heldCmd)},
+		{"outcome", command.Handler(ctx, v, command.EscalationOutcome, commandTimeout, e.outcome)},
+	} {
+		if err := g.AddEndpoint(ep.name, ep.h); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("register commands: %w", err)
+		}
+	}
+	return svc, nil
+}
+
+// request writes the escalation and decides its route at once; the agent
+// is never kept waiting for a person.
+func (e *escalator) request(ctx context.Context, req *command.RequestEscalation) (any, error) {
+	id := req.ID
+	if id == "" {
+		id = "esc-" + strings.ToLower(ulid.Make().String())
+	}
+	data := req.EscalationRequestedData
+	data.Requester = actor(data.Requester, data.Session)
+	st, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != "" && !reflect.DeepEqual(canonical(st.Request), canonical(data)) {
+		return nil, events.Errorf(events.CodeConflict, "escalation %s exists with other content (session %s, operation %s)", id, st.Request.Session, st.Request.Operation)
+	}
+	if st.Status == "" || st.Routed == nil {
+		if st, err = e.process(ctx, id, Cause{Request: &data}); err != nil {
+			return nil, err
+		}
+	}
+	return reply(st), nil
+}
+
+// canonical is a request as the log holds it (JSON round trip), so that a
+// repeated request compares equal to the stored one.
+func canonical(d events.EscalationRequestedData) events.EscalationRequestedData {
+	ev, err := events.NewEvent(events.EscalationRequested, "x", "x", Source, d)
+	if err != nil {
+		return d
+	}
+	var out events.EscalationRequestedData
+	if jsonUnmarshal(ev.Data(), &out) != nil {
+		return d
+	}
+	return out
+}
+
+func reply(st *command.EscalationState) command.EscalationReply {
+	r := command.EscalationReply{ID: st.ID, Status: st.Status}
+	if st.Routed != nil {
+		r.Routed = *st.Routed
+	}
+	if st.Decided != nil {
+		r.Safeguards = st.Decided.Safeguards
+	}
+	if o := escalation.CurrentOffer(st); o != nil && st.Decided == nil {
+		r.Offer = &command.EscalationOffer{Tier: o.Tier, ConfirmID: o.ConfirmID, Deadline: o.Deadline}
+	}
+	return r
+}
+
+func (e *escalator) status(ctx context.Context, req *command.EscalationStatusRequest) (any, error) {
+	st, err := e.load(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status == "" {
+		return nil, events.Errorf(events.CodeNotFound, "no escalation %q", req.ID)
+	}
+	return st, nil
+}
+
+func (e *escalator) heldCmd(_ context.Context, req *command.HeldRequest) (any, error) {
+	return e.held.query(req.Session), nil
+}
+
+func (e *escalator) outcome(ctx context.Context, req *command.ReportOutcome) (any, error) {
+	return events.RetryStale(ctx, 5, func() (any, error) {
+		st, err := e.load(ctx, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case st.Status == "":
+			return nil, events.Errorf(events.CodeNotFound, "no escalation %q", req.ID)
+		case st.Decided == nil:
+			return nil, events.Errorf(events.CodeConflict, "escalation %s is not decided yet: report the outcome after acting on the decision", req.ID)
+		case st.Outcome != nil:
+			return nil, events.Errorf(events.CodeConflict, "escalation %s has its outcome already (%s by %s)", req.ID, st.Outcome.Outcome, st.Outcome.By)
+		}
+		data := events.EscalationOutcomeData{Outcome: req.Outcome, Detail: req.Detail, By: actor(req.By, st.Request.Session),
+			Operation: st.Request.Operation, Scope: st.Request.Scope, Decision: st.Decided.Decision}
+		ev, err := events.NewEvent(events.EscalationOutcome, req.ID, req.ID+"/outcome", Source, data)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := e.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", req.ID), Seq: st.Seq}); err != nil {
+			return nil, err
+		}
+		return command.OutcomeReply{ID: req.ID, EventID: ev.ID()}, nil
+	})
+}

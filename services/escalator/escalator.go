@@ -1,0 +1,290 @@
+// Package escalator is the escalator service: it scores agent sessions'
+// requests to do risky operations, approves the safe ones with safeguards
+// (rules, the learned cache), offers the others to tiers of approvers as
+// confirmations, escalates on a tier's deadline or when nobody in it is
+// present, applies the final action after the last tier, and answers
+// whether a session may start new risky work (docs/ESCALATIONS.md).
+package escalator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/heedhq/heed/lib/escalation"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/nats-io/nats.go"
+)
+
+// ConsumerName is the escalator's durable consumer.
+const ConsumerName = "escalator"
+
+// DefaultPresenceTimeout bounds one presence request ("no responders" is
+// immediate).
+const DefaultPresenceTimeout = 250 * time.Millisecond
+
+// Config configures the escalator.
+type Config struct {
+	ConfigFile      string // escalation config (YAML); "" is the default
+	Workers         int
+	PresenceTimeout time.Duration
+}
+
+type escalator struct {
+	rs       *Rules
+	bus      *events.Bus
+	nc       *nats.Conn
+	log      *slog.Logger
+	cache    *events.BucketCache // heed_decisions
+	held     *heldIndex
+	m        *metrics
+	presence time.Duration
+	now      func() time.Time
+}
+
+// Run runs the escalator until ctx is done.
+func Run(ctx context.Context, rt *service.Runtime, o Config) error {
+	rs, err := LoadRules(o.ConfigFile)
+	if err != nil {
+		return err
+	}
+	for _, b := range readmodel.Specs(readmodel.DecisionsBucket, readmodel.EscalationsBucket) {
+		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {
+			return err
+		}
+	}
+	cache, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.DecisionsBucket)
+	if err != nil {
+		return err
+	}
+	defer cache.Stop()
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.PresenceTimeout <= 0 {
+		o.PresenceTimeout = DefaultPresenceTimeout
+	}
+	e := &escalator{rs: rs, bus: rt.Bus, nc: rt.Conn, log: rt.Log, cache: cache, held: newHeldIndex(rs.Session.MaxHeld), m: newMetrics(rt.Metrics), presence: o.PresenceTimeout, now: time.Now}
+	// The held index starts from the projection, which the projector then
+	// carries on from the position it stopped at.
+	if err := e.held.load(ctx, rt.Bus.JetStream()); err != nil {
+		return err
+	}
+	e.m.held.Set(float64(e.held.count()))
+	proj, err := events.RunProjector(ctx, rt.Bus, &Projection{OnSummary: e.held.apply}, rt.Log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-cache.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
+		Name:        ConsumerName,
+		Description: "escalator: routes escalation requests, acts on the answers and deadlines of its offers",
+		Filters:     []string{"heed.escalation.*.requested", "heed.confirm.*.answered", "heed.confirm.*.expired"},
+		Workers:     o.Workers,
+		Logger:      rt.Log,
+		PartitionKey: func(ev *events.Event) string {
+			if esc, _, ok := events.OfferOfConfirmID(ev.Subject()); ok {
+				return esc
+			}
+			return ev.Subject()
+		},
+		Middleware: []events.Middleware{events.Retry(3, 20*time.Millisecond)},
+	}, e.routes().Handle)
+	if err != nil {
+		proj.Stop(context.Background())
+		return err
+	}
+	svc, err := e.serve(ctx, rt)
+	if err != nil {
+		return err
+	}
+	rt.AddCheck("escalator", func() any { return cons.Stats() })
+	<-ctx.Done()
+	_ = svc.Stop()
+	dctx, cancel := service.DrainContext()
+	defer cancel()
+	cons.Stop(dctx)
+	proj.Stop(dctx)
+	return nil
+}
+
+func (e *escalator) routes() *events.Routes {
+	r := events.NewRoutes()
+	events.On(r, events.EscalationRequested, func(ctx context.Context, d *events.Delivery, req *events.EscalationRequestedData) ([]events.Event, error) {
+		_, err := e.process(ctx, d.Event.Subject(), Cause{Request: req})
+		return nil, err
+	})
+	events.On(r, events.ConfirmAnswered, func(ctx context.Context, d *events.Delivery, _ *events.ConfirmAnsweredData) ([]events.Event, error) {
+		return nil, e.onConfirmation(ctx, d.Event.Subject(), false)
+	})
+	events.On(r, events.ConfirmExpired, func(ctx context.Context, d *events.Delivery, _ *events.ConfirmExpiredData) ([]events.Event, error) {
+		return nil, e.onConfirmation(ctx, d.Event.Subject(), true)
+	})
+	return r
+}
+
+// onConfirmation acts on the answer that took effect on one of our offers
+// (other confirmations are left alone at once).
+func (e *escalator) onConfirmation(ctx context.Context, confirmID string, expired bool) error {
+	escID, _, ok := events.OfferOfConfirmID(confirmID)
+	if !ok {
+		return nil
+	}
+	c := Cause{ConfirmID: confirmID, Expired: expired}
+	if !expired {
+		cs, err := confirmation.Load(ctx, e.bus, confirmID)
+		if err != nil {
+			if events.CodeOf(err) == events.CodeNotFound {
+				return nil
+			}
+			return err
+		}
+		if cs.Request == nil || cs.Request.Requester != Source || cs.Answer == nil {
+			return nil // not ours, or a vote that decides nothing yet
+		}
+		c.Answer = cs.Answer
+		if w := cs.Gate.Winner; w != nil {
+			for _, v := range w.Votes {
+				c.Votes = append(c.Votes, events.EscalationVote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
+			}
+		}
+	}
+	_, err := e.process(ctx, escID, c)
+	return err
+}
+
+// load reads an escalation from the log. Every message counts for Seq,
+// valid or not (the expected-sequence guard counts them all).
+func (e *escalator) load(ctx context.Context, id string) (*command.EscalationState, error) {
+	st := escalation.New(id)
+	_, err := events.ReadHistory(ctx, e.bus.JetStream(), events.EventStream, events.SubjectFilter("escalation", id), 0, func(raw events.RawMsg) error {
+		ev, err := e.bus.Codec().DecodeStored(raw)
+		if err == nil {
+			err = escalation.Apply(st, ev, raw.Seq)
+		}
+		st.Seq = max(st.Seq, raw.Seq)
+		return err
+	})
+	return st, err
+}
+
+// process reads the escalation, decides, writes: the first event guarded
+// by the aggregate's last sequence (a concurrent writer makes it read and
+// decide again), the offer's confirmation only if it does not exist.
+func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.EscalationState, error) {
+	return events.RetryStale(ctx, 10, func() (*command.EscalationState, error) {
+		st, err := e.load(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		evs, err := Decide(e.rs, st, c, e.facts(ctx))
+		if err != nil {
+			return nil, err
+		}
+		e.m.decideLat.Observe(time.Since(start).Seconds())
+		guarded := false
+		for i := range evs {
+			ev := &evs[i]
+			if events.Type(ev.Type()).Kind() != "escalation" {
+				// An offer's confirmation, written only if it does not
+				// exist yet (after a crash it may).
+				if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
+					return nil, err
+				}
+				continue
+			}
+			var opts []events.PublishOption
+			if !guarded {
+				opts, guarded = append(opts, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq}), true
+			}
+			ack, err := e.bus.Publish(ctx, ev, opts...)
+			if err != nil {
+				return nil, err
+			}
+			if err := escalation.Apply(st, ev, ack.Sequence); err != nil {
+				return nil, err
+			}
+			e.count(ev)
+		}
+		e.held.set(st)
+		e.m.held.Set(float64(e.held.count()))
+		return st, nil
+	})
+}
+
+func (e *escalator) count(ev *events.Event) {
+	switch events.Type(ev.Type()) {
+	case events.EscalationRouted:
+		var d events.EscalationRoutedData
+		_ = json.Unmarshal(ev.Data(), &d)
+		e.m.routed.WithLabelValues(d.Decision).Inc()
+	case events.EscalationOffered:
+		e.m.offers.Inc()
+	case events.EscalationEscalated:
+		var d events.EscalationEscalatedData
+		_ = json.Unmarshal(ev.Data(), &d)
+		e.m.escalated.WithLabelValues(d.Reason).Inc()
+	case events.EscalationDecided:
+		var d events.EscalationDecidedData
+		_ = json.Unmarshal(ev.Data(), &d)
+		e.m.decided.WithLabelValues(d.Decision, d.Method).Inc()
+	}
+}
+
+func (e *escalator) facts(ctx context.Context) Facts {
+	return Facts{
+		Now:       e.now().UTC(),
+		Reachable: func(_ string, members []string) (bool, []string) { return e.reachable(ctx, members), members },
+		Cache: func(operation, scope string) *readmodel.Decision {
+			var d readmodel.Decision
+			if e.cache.Get(readmodel.DecisionKey(operation, scope), &d) {
+				return &d
+			}
+			return nil
+		},
+	}
+}
+
+// reachable asks every member's presence subject at once: any reply means
+// someone is there; "no responders" for all, or silence, means nobody.
+func (e *escalator) reachable(ctx context.Context, members []string) bool {
+	ctx, cancel := context.WithTimeout(ctx, e.presence)
+	defer cancel()
+	found := make(chan bool, len(members))
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.nc.RequestWithContext(ctx, events.PresenceSubject(m), nil)
+			found <- err == nil
+		}()
+	}
+	go func() { wg.Wait(); close(found) }()
+	for ok := range found {
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func actor(s, dflt string) string {
+	if strings.TrimSpace(s) == "" {
+		return dflt
+	}
+	return s
+}

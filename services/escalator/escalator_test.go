@@ -1,0 +1,433 @@
+package escalator_test
+
+// End-to-end tests of the escalator against a real embedded nats-server:
+// the escalator and the confirm router each run with their own runtime, as
+// separate processes would, and talk only through events.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/services/confirm"
+	"github.com/heedhq/heed/services/escalator"
+	"github.com/nats-io/nats.go"
+)
+
+type svc struct {
+	t      *testing.T
+	name   string
+	rt     *service.Runtime
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func startSvc(t *testing.T, env *eventstest.Env, name string, run service.RunFunc) *svc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rt, err := service.Connect(ctx, name, env.URL(), eventstest.Logger(t), events.DefaultTopology())
+	if err != nil {
+		cancel()
+		t.Fatalf("connect %s: %v", name, err)
+	}
+	s := &svc{t: t, name: name, rt: rt, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- run(ctx, rt) }()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *svc) stop() {
+	s.once.Do(func() {
+		s.cancel()
+		select {
+		case err := <-s.done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				s.t.Errorf("%s stopped with error: %v", s.name, err)
+			}
+		case <-time.After(20 * time.Second):
+			s.t.Errorf("%s did not stop within 20s", s.name)
+		}
+		s.rt.Close()
+	})
+}
+
+type stack struct {
+	env *eventstest.Env
+	bus *events.Bus
+	nc  *nats.Conn
+}
+
+// start runs the confirm router and the escalator with config yaml ("":
+// the default config).
+func start(t *testing.T, yaml string) *stack {
+	t.Helper()
+	env := eventstest.Start(t)
+	cfg := ""
+	if yaml != "" {
+		cfg = filepath.Join(t.TempDir(), "escalation.yaml")
+		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startSvc(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+		return confirm.Run(ctx, rt, confirm.Config{})
+	})
+	startSvc(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
+		return escalator.Run(ctx, rt, escalator.Config{ConfigFile: cfg})
+	})
+	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}
+	// Ready when it answers its commands (and the router its own).
+	eventstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if err := command.Call(ctxT(t), s.nc, command.EscalationHeld, command.HeldRequest{}, &command.HeldReply{}); err != nil {
+			return err
+		}
+		err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "nothing", Choice: "x", By: "t"}, &command.AnswerReply{})
+		if events.CodeOf(err) == events.CodeUnavailable {
+			return err
+		}
+		return nil
+	})
+	return s
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func (s *stack) request(t *testing.T, req command.RequestEscalation) command.EscalationReply {
+	t.Helper()
+	var out command.EscalationReply
+	if err := command.Call(ctxT(t), s.nc, command.EscalationRequest, req, &out); err != nil {
+		t.Fatalf("request %+v: %v", req, err)
+	}
+	return out
+}
+
+func (s *stack) held(t *testing.T, session string) command.HeldReply {
+	t.Helper()
+	var out command.HeldReply
+	if err := command.Call(ctxT(t), s.nc, command.EscalationHeld, command.HeldRequest{Session: session}, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// history is every stored event on filter, in log order.
+func (s *stack) history(t *testing.T, filter string) []*events.Event {
+	t.Helper()
+	var out []*events.Event
+	_, err := events.ReadHistory(ctxT(t), s.bus.JetStream(), events.EventStream, filter, 0, func(raw events.RawMsg) error {
+		ev, err := s.bus.Codec().DecodeStored(raw)
+		if err != nil {
+			return err
+		}
+		out = append(out, ev)
+		return nil
+	})
+	if err != nil && events.CodeOf(err) != events.CodeNotFound {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func count(evs []*events.Event, typ events.Type) int {
+	n := 0
+	for _, ev := range evs {
+		if events.Type(ev.Type()) == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func last[T any](t *testing.T, evs []*events.Event, typ events.Type) T {
+	t.Helper()
+	var out T
+	found := false
+	for _, ev := range evs {
+		if events.Type(ev.Type()) == typ {
+			found = true
+			var zero T
+			out = zero
+			if err := json.Unmarshal(ev.Data(), &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no %s in %d events", typ, len(evs))
+	}
+	return out
+}
+
+func types(evs []*events.Event) string {
+	var s []string
+	for _, ev := range evs {
+		s = append(s, strings.TrimPrefix(ev.Type(), "heed.escalation."))
+	}
+	return strings.Join(s, " ")
+}
+
+// The seed: a high-risk operation goes to the top tier with priority 10,
+// and the agent gets its answer at once (held), not a wait.
+func TestHighRiskRoutesToTopWithPriority10(t *testing.T) {
+	s := start(t, "")
+	r := s.request(t, command.RequestEscalation{ID: "e-high", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s1", Operation: "force_push", Scope: "main", Risk: ptr(0.95), Confidence: ptr(0.8)}})
+	if r.Status != events.EscalationHeld || r.Routed.Decision != events.RouteEscalate || r.Routed.Tier != "top" || r.Routed.Priority != 10 || !r.Routed.Critical || r.Routed.Rule != "critical" {
+		t.Fatalf("reply %+v", r)
+	}
+	if !strings.HasPrefix(r.Routed.Reason, "CRITICAL: force_push (risk=95%") {
+		t.Errorf("reason %q", r.Routed.Reason)
+	}
+	if r.Offer == nil || r.Offer.Tier != "top" || r.Offer.ConfirmID != "e-high-o1" {
+		t.Fatalf("offer %+v", r.Offer)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := len(s.history(t, events.SubjectFilter("confirm", "e-high-o1"))); n == 0 {
+			return fmt.Errorf("no confirmation e-high-o1")
+		}
+		return nil
+	})
+	req := last[events.ConfirmRequestedData](t, s.history(t, events.SubjectFilter("confirm", "e-high-o1")), events.ConfirmRequested)
+	if !strings.Contains(req.Message, "PERMISSION ESCALATION REQUEST") || !strings.Contains(req.Message, "force_push") || req.Default != "deny" || len(req.Options) != 2 {
+		t.Errorf("confirmation %+v", req)
+	}
+	// The same id and content: the same escalation; other content: conflict.
+	if again := s.request(t, command.RequestEscalation{ID: "e-high", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s1", Operation: "force_push", Scope: "main", Risk: ptr(0.95), Confidence: ptr(0.8)}}); again.Offer == nil || again.Offer.ConfirmID != "e-high-o1" {
+		t.Errorf("repeated request: %+v", again)
+	}
+	err := command.Call(ctxT(t), s.nc, command.EscalationRequest, command.RequestEscalation{ID: "e-high", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy"}}, &command.EscalationReply{})
+	if events.CodeOf(err) != events.CodeConflict {
+		t.Errorf("different content: %v, want conflict", err)
+	}
+	if evs := s.history(t, events.SubjectFilter("escalation", "e-high")); count(evs, events.EscalationOffered) != 1 || count(evs, events.EscalationRequested) != 1 {
+		t.Errorf("events: %s", types(evs))
+	}
+}
+
+// The seed's session rule, through the command: 3 held may go on, 4 may
+// not, one critical may not.
+func TestSessionRule(t *testing.T) {
+	s := start(t, "")
+	for i := range 4 {
+		s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/a", Operation: "deploy", Scope: fmt.Sprint("svc", i), Risk: ptr(0.6), Confidence: ptr(0.8)}})
+		h := s.held(t, "agent/a")
+		if h.Held != i+1 {
+			t.Fatalf("after %d requests: held %d", i+1, h.Held)
+		}
+		if want := i+1 <= 3; h.CanContinue != want {
+			t.Errorf("%d held: can_continue %v (%s)", i+1, h.CanContinue, h.Reason)
+		}
+		if i == 3 && h.Reason != "4 requests held (more than 3)" {
+			t.Errorf("reason %q", h.Reason)
+		}
+	}
+	s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/b", Operation: "drop_table", Risk: ptr(0.95)}})
+	h := s.held(t, "agent/b")
+	if h.CanContinue || h.Critical != 1 || !strings.Contains(h.Reason, "critical") || !strings.Contains(h.Reason, "drop_table") {
+		t.Errorf("critical held: %+v", h)
+	}
+	if h := s.held(t, "agent/nobody"); !h.CanContinue || h.Held != 0 {
+		t.Errorf("idle session: %+v", h)
+	}
+	if all := s.held(t, ""); len(all.Sessions) != 2 || all.Held != 5 {
+		t.Errorf("every session: %+v", all)
+	}
+}
+
+const tiersYAML = `tiers:
+  - {name: tier1, timeout: 1s}
+  - {name: tier2, timeout: 1s}
+  - {name: top, timeout: 30s}
+`
+
+// A tier's deadline moves the request to the next tier, once.
+func TestTierTimeoutEscalates(t *testing.T) {
+	s := start(t, tiersYAML)
+	r := s.request(t, command.RequestEscalation{ID: "e-t", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
+	if r.Routed.Tier != "tier1" || r.Routed.Priority != 8 {
+		t.Fatalf("%+v", r)
+	}
+	filter := events.SubjectFilter("escalation", "e-t")
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if evs := s.history(t, filter); count(evs, events.EscalationOffered) < 3 {
+			return fmt.Errorf("events: %s", types(evs))
+		}
+		return nil
+	})
+	evs := s.history(t, filter)
+	if got := types(evs); got != "requested routed offered escalated offered escalated offered" {
+		t.Fatalf("events: %s", got)
+	}
+	esc := last[events.EscalationEscalatedData](t, evs, events.EscalationEscalated)
+	if esc.Reason != events.EscalateTimeout || esc.FromTier != "tier2" || esc.ToTier != "top" || esc.EscalationCount != 2 {
+		t.Errorf("escalated %+v", esc)
+	}
+	off := last[events.EscalationOfferedData](t, evs, events.EscalationOffered)
+	if off.Tier != "top" || off.ConfirmID != "e-t-o3" || off.EscalationCount != 2 {
+		t.Errorf("offered %+v", off)
+	}
+	if n := count(s.history(t, events.SubjectFilter("confirm", "e-t-o3")), events.ConfirmRequested); n != 1 {
+		t.Errorf("%d requests of the top tier's confirmation", n)
+	}
+}
+
+// A tier whose members are all absent escalates at once; a present member
+// approves and the decision names them.
+func TestUnreachableTierThenMemberApproves(t *testing.T) {
+	s := start(t, `tiers:
+  - name: tier1
+    members: [{id: "user:alice", channels: [slack]}]
+  - name: tier2
+    members: [{id: "user:bob", channels: [terminal]}]
+  - {name: top}
+`)
+	// bob is present (his terminal answers presence requests); alice is not.
+	sub, err := s.nc.Subscribe(events.PresenceSubject("user:bob"), func(m *nats.Msg) {
+		b, _ := json.Marshal(events.PresenceReply{Identity: "user:bob", Channels: []string{"terminal"}})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	r := s.request(t, command.RequestEscalation{ID: "e-u", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
+	if r.Offer == nil || r.Offer.Tier != "tier2" || r.Offer.ConfirmID != "e-u-o1" {
+		t.Fatalf("reply %+v", r)
+	}
+	evs := s.history(t, events.SubjectFilter("escalation", "e-u"))
+	esc := last[events.EscalationEscalatedData](t, evs, events.EscalationEscalated)
+	if esc.Reason != events.EscalateUnreachable || esc.FromTier != "tier1" || esc.ToTier != "tier2" || len(esc.Tried) != 1 || esc.Tried[0] != "user:alice" {
+		t.Errorf("escalated %+v", esc)
+	}
+	// alice may not answer tier2's offer; bob may.
+	var ans command.AnswerReply
+	err = command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-u-o1", Choice: "approve", By: "user:alice"}, &ans)
+	if err == nil {
+		t.Errorf("alice's answer was taken: %+v", ans)
+	}
+	if err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-u-o1", Choice: "approve", By: "user:bob", Channel: "terminal"}, &ans); err != nil {
+		t.Fatal(err)
+	}
+	var st command.EscalationState
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := command.Call(ctxT(t), s.nc, command.EscalationStatus, command.EscalationStatusRequest{ID: "e-u"}, &st); err != nil {
+			return err
+		}
+		if st.Decided == nil {
+			return fmt.Errorf("not decided: %s", st.Status)
+		}
+		return nil
+	})
+	if d := st.Decided; d.Decision != events.EscalationApproved || d.By != "user:bob" || d.Method != events.MethodUser || d.Channel != "terminal" || d.Tier != "tier2" {
+		t.Errorf("decided %+v", d)
+	}
+	if h := s.held(t, "agent/s"); h.Held != 0 {
+		t.Errorf("still held: %+v", h)
+	}
+	// The outcome, once.
+	var out command.OutcomeReply
+	if err := command.Call(ctxT(t), s.nc, command.EscalationOutcome, command.ReportOutcome{ID: "e-u", Outcome: events.OutcomeSuccess}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := command.Call(ctxT(t), s.nc, command.EscalationOutcome, command.ReportOutcome{ID: "e-u", Outcome: events.OutcomeFailure}, &out); events.CodeOf(err) != events.CodeConflict {
+		t.Errorf("second outcome: %v", err)
+	}
+}
+
+// After the last tier the final action applies (deny by default).
+func TestFinalActionAfterLastTier(t *testing.T) {
+	s := start(t, "tiers:\n  - {name: only, timeout: 1s}\nrouting:\n  - {name: everything, tier: only, priority: 5}\n")
+	s.request(t, command.RequestEscalation{ID: "e-f", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy"}})
+	var st command.EscalationState
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if err := command.Call(ctxT(t), s.nc, command.EscalationStatus, command.EscalationStatusRequest{ID: "e-f"}, &st); err != nil {
+			return err
+		}
+		if st.Decided == nil {
+			return fmt.Errorf("not decided")
+		}
+		return nil
+	})
+	if d := st.Decided; d.Decision != events.EscalationDenied || d.Method != events.EscMethodFinalAction || d.By != escalator.Actor {
+		t.Errorf("decided %+v", d)
+	}
+}
+
+// Conditional auto-approve records its safeguards and gives them to the
+// agent; a risk rule scores an operation without risk and is recorded.
+func TestAutoApproveSafeguardsAndRiskRule(t *testing.T) {
+	s := start(t, `risk_rules:
+  - {name: force_push, when: 'operation == "force_push"', risk: 0.95, confidence: 0.9}
+  - {name: edits, when: 'operation == "file_edit"', risk: 0.2, confidence: 0.8}
+`)
+	r := s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "file_edit", Scope: "/tmp/x.txt"}})
+	if r.Status != events.EscalationApproved || r.Routed.Decision != events.RouteConditionalApprove || r.Routed.Rule != "safe_paths" ||
+		r.Safeguards == nil || !r.Safeguards.LogExtra || !r.Safeguards.Monitor || r.Routed.RiskRule != "edits" {
+		t.Fatalf("reply %+v", r)
+	}
+	dec := last[events.EscalationDecidedData](t, s.history(t, events.SubjectFilter("escalation", r.ID)), events.EscalationDecided)
+	if dec.Method != events.EscMethodRule || dec.Safeguards == nil || !dec.Safeguards.Monitor {
+		t.Errorf("decided %+v", dec)
+	}
+	r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "force_push", Scope: "main"}})
+	if r.Routed.RiskSource != events.RiskFromRule || r.Routed.RiskRule != "force_push" || r.Routed.Risk != 0.95 || r.Routed.Tier != "top" {
+		t.Errorf("routed %+v", r.Routed)
+	}
+	// Without a rule: the default score, recorded as such.
+	r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "mystery"}})
+	if r.Routed.RiskSource != events.RiskDefault || r.Routed.Risk != 0.5 || r.Routed.Tier != "tier1" {
+		t.Errorf("routed %+v", r.Routed)
+	}
+}
+
+// The learner's decision cache (heed_decisions) approves a candidate with
+// its confidence boost; never a critical operation.
+func TestLearnedCacheApproves(t *testing.T) {
+	s := start(t, "")
+	kv, err := s.bus.JetStream().KeyValue(ctxT(t), readmodel.DecisionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []readmodel.Decision{
+		{Operation: "deploy", Scope: "staging", Count: 4, Approved: 4, Successes: 4, SuccessRate: 1, Candidate: true, ConfidenceBoost: 0.2},
+		{Operation: "force_push", Scope: "main", Count: 9, Approved: 9, Successes: 9, SuccessRate: 1, Candidate: true, ConfidenceBoost: 0.3},
+	} {
+		b, _ := json.Marshal(map[string]any{"seq": 1, "value": d})
+		if _, err := kv.Put(ctxT(t), readmodel.DecisionKey(d.Operation, d.Scope), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r command.EscalationReply
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/c", Operation: "deploy", Scope: "staging", Risk: ptr(0.6), Confidence: ptr(0.6)}})
+		if r.Routed.Decision != events.RouteCachedApprove {
+			return fmt.Errorf("routed %+v", r.Routed)
+		}
+		return nil
+	})
+	if r.Status != events.EscalationApproved || r.Routed.Cache == nil || r.Routed.Cache.Count != 4 || r.Routed.Confidence < 0.79 {
+		t.Errorf("reply %+v", r)
+	}
+	r = s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/c", Operation: "force_push", Scope: "main", Risk: ptr(0.95)}})
+	if r.Routed.Decision != events.RouteEscalate || r.Routed.Tier != "top" {
+		t.Errorf("critical was cached: %+v", r.Routed)
+	}
+}

@@ -1,0 +1,193 @@
+package escalator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/escalation"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var jsonUnmarshal = json.Unmarshal
+
+// heldIndex is the escalator's memory of held requests by session: the
+// held command reads it without touching NATS. It is fed by what the
+// escalator writes and by its projector (log order), and never takes back
+// a decision it has seen.
+type heldIndex struct {
+	maxHeld int
+	mu      sync.RWMutex
+	bySess  map[string]map[string]command.HeldEscalation
+	session map[string]string // escalation id → session
+	done    map[string]bool   // decided escalations
+	// progress of each held entry: a summary the projector writes late
+	// (behind what the escalator wrote itself) does not take it back.
+	progress map[string]int
+}
+
+// progressOf orders an escalation's states: routed, then each offer and
+// escalation.
+func progressOf(routed bool, escalations int, offerOpen bool) int {
+	p := 10 * escalations
+	if routed {
+		p++
+	}
+	if offerOpen {
+		p += 5
+	}
+	return p
+}
+
+func newHeldIndex(maxHeld int) *heldIndex {
+	return &heldIndex{maxHeld: maxHeld, bySess: map[string]map[string]command.HeldEscalation{}, session: map[string]string{}, done: map[string]bool{}, progress: map[string]int{}}
+}
+
+// load starts the index from the projection's summaries.
+func (h *heldIndex) load(ctx context.Context, js jetstream.JetStream) error {
+	kv, err := js.KeyValue(ctx, readmodel.EscalationsBucket)
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
+	}
+	lister, err := kv.ListKeysFiltered(ctx, "esc.>")
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
+	}
+	for key := range lister.Keys() {
+		v, err := kv.Get(ctx, key)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var s readmodel.Escalation
+		if readmodel.Decode(v.Value(), &s) {
+			h.apply(s)
+		}
+	}
+	return nil
+}
+
+// apply takes a summary (from the projection).
+func (h *heldIndex) apply(s readmodel.Escalation) {
+	h.put(s.ID, s.Session, s.Status == events.EscalationHeld, progressOf(s.Route != "", s.EscalationCount, s.ConfirmID != ""), command.HeldEscalation{ID: s.ID, Operation: s.Operation, Scope: s.Scope, Risk: s.Risk,
+		Critical: s.Critical, Tier: s.Tier, Priority: s.Priority, Since: s.RequestedAt})
+}
+
+// set takes a state the escalator just wrote.
+func (h *heldIndex) set(st *command.EscalationState) {
+	if st.Decided == nil && st.Routed == nil {
+		return // not routed yet: nothing to say
+	}
+	he := command.HeldEscalation{ID: st.ID, Operation: st.Request.Operation, Scope: st.Request.Scope, Since: st.RequestedAt}
+	if r := st.Routed; r != nil {
+		he.Risk, he.Critical, he.Priority, he.Tier = r.Risk, r.Critical, r.Priority, r.Tier
+	}
+	if o := escalation.CurrentOffer(st); o != nil {
+		he.Tier = o.Tier
+	}
+	if n := len(st.Escalations); n > 0 && st.Escalations[n-1].ToTier != "" {
+		he.Tier = st.Escalations[n-1].ToTier
+	}
+	o := escalation.CurrentOffer(st)
+	h.put(st.ID, st.Request.Session, st.Decided == nil, progressOf(st.Routed != nil, len(st.Escalations), o != nil && o.EscalationCount == len(st.Escalations)), he)
+}
+
+func (h *heldIndex) put(id, session string, held bool, progress int, he command.HeldEscalation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done[id] {
+		return
+	}
+	if p, ok := h.progress[id]; held && ok && progress < p {
+		return
+	}
+	if !held {
+		if s, ok := h.session[id]; ok {
+			delete(h.bySess[s], id)
+			if len(h.bySess[s]) == 0 {
+				delete(h.bySess, s)
+			}
+			delete(h.session, id)
+		}
+		delete(h.progress, id)
+		h.done[id] = true
+		return
+	}
+	m := h.bySess[session]
+	if m == nil {
+		m = map[string]command.HeldEscalation{}
+		h.bySess[session] = m
+	}
+	m[id] = he
+	h.session[id] = session
+	h.progress[id] = progress
+}
+
+func (h *heldIndex) count() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.session)
+}
+
+// query answers the held command: one session, or every session with
+// held requests.
+func (h *heldIndex) query(session string) command.HeldReply {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if session != "" {
+		return command.HeldReply{SessionHeld: h.sessionHeld(session)}
+	}
+	var r command.HeldReply
+	names := make([]string, 0, len(h.bySess))
+	for s := range h.bySess {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	for _, s := range names {
+		r.Sessions = append(r.Sessions, h.sessionHeld(s))
+	}
+	r.CanContinue = true
+	for _, s := range r.Sessions {
+		r.Held += s.Held
+		r.Critical += s.Critical
+	}
+	return r
+}
+
+// sessionHeld applies the seed's session rule: any critical held, or more
+// than max_held held, and the session may not start new risky work.
+func (h *heldIndex) sessionHeld(session string) command.SessionHeld {
+	out := command.SessionHeld{Session: session, Requests: []command.HeldEscalation{}}
+	var crit []string
+	for _, he := range h.bySess[session] {
+		out.Requests = append(out.Requests, he)
+		if he.Critical {
+			out.Critical++
+			crit = append(crit, he.Operation)
+		}
+	}
+	sort.Slice(out.Requests, func(i, j int) bool {
+		a, b := out.Requests[i], out.Requests[j]
+		if !a.Since.Equal(b.Since) {
+			return a.Since.Before(b.Since)
+		}
+		return a.ID < b.ID
+	})
+	out.Held = len(out.Requests)
+	switch {
+	case out.Critical > 0:
+		sort.Strings(crit)
+		out.Reason = fmt.Sprintf("%d critical request(s) held (%s)", out.Critical, strings.Join(crit, ", "))
+	case out.Held > h.maxHeld:
+		out.Reason = fmt.Sprintf("%d requests held (more than %d)", out.Held, h.maxHeld)
+	default:
+		out.CanContinue = true
+		out.Reason = fmt.Sprintf("%d requests held (at most %d, none critical)", out.Held, h.maxHeld)
+	}
+	return out
+}
