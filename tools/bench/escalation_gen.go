@@ -21,7 +21,10 @@ import (
 // uniformly from genSessions. Risks are given by the agent as the kind
 // says (the same for every scope of a kind), so the routing is the
 // escalator's default matrix and not a rule file's; the confidence is the
-// agent's, lower on the kinds it is new to.
+// agent's, lower on the kinds it is new to. The operation names and scopes
+// of the safe kinds are those the escalator's default auto-approve rules
+// know (test_execution, git_commit on a /feature/ branch, file_edit under
+// /tmp/, .claude/ or .git/): docs/ESCALATIONS.md, The config.
 
 // genSeed is the generator's seed; BENCHMARKS.md's figures are for it.
 const genSeed = 14
@@ -50,15 +53,15 @@ type opKind struct {
 // > 0.4 tier 1, else auto unless the confidence is < 0.5 (the learning
 // tier): the escalator's default matrix.
 var opKinds = []opKind{
-	{operation: "run_tests", env: "dev", weight: 30, risk: 0.1, confidence: 0.9, scopes: []string{"repo:api", "repo:web", "repo:worker", "repo:billing"}, failure: 0.05, description: "test runs"},
-	{operation: "git_commit", env: "dev", weight: 18, risk: 0.2, confidence: 0.85, scopes: []string{"branch:feature/login", "branch:feature/search", "branch:fix/timeout", "branch:feature/export"}, description: "feature-branch commits"},
-	{operation: "edit_file", env: "dev", weight: 14, risk: 0.15, confidence: 0.8, scopes: []string{"path:docs/", "path:tests/", "path:src/ui/", "path:examples/"}, description: "file edits in safe paths"},
-	{operation: "edit_file", env: "dev", weight: 6, risk: 0.3, confidence: 0.4, scopes: []string{"path:src/auth/", "path:deploy/", "path:src/billing/"}, description: "file edits the agent is unsure of (learning tier)"},
+	{operation: "test_execution", env: "dev", weight: 30, risk: 0.1, confidence: 0.9, scopes: []string{"repo:api", "repo:web", "repo:worker", "repo:billing"}, failure: 0.05, description: "test runs"},
+	{operation: "git_commit", env: "dev", weight: 18, risk: 0.2, confidence: 0.85, scopes: []string{"refs/heads/feature/login", "refs/heads/feature/search", "refs/heads/feature/export", "refs/heads/feature/retry"}, description: "feature-branch commits"},
+	{operation: "file_edit", env: "dev", weight: 14, risk: 0.15, confidence: 0.8, scopes: []string{"/tmp/scratch/notes.md", ".claude/settings.json", "/tmp/build/out.log", ".git/COMMIT_EDITMSG"}, description: "file edits in safe paths"},
+	{operation: "file_edit", env: "dev", weight: 6, risk: 0.3, confidence: 0.4, scopes: []string{"src/auth/session.go", "deploy/values.yaml", "src/billing/invoice.go"}, description: "file edits the agent is unsure of (learning tier)"},
 	{operation: "deploy", env: "stage", weight: 14, risk: 0.5, confidence: 0.8, scopes: []string{"service:api", "service:web", "service:worker"}, failure: 0.05, description: "deploys to stage"},
 	{operation: "db_migrate", env: "stage", weight: 5, risk: 0.6, confidence: 0.7, scopes: []string{"db:orders", "db:users"}, description: "migrations on stage"},
 	{operation: "restart", env: "prod", weight: 5, risk: 0.75, confidence: 0.8, scopes: []string{"service:api", "service:worker"}, description: "production restarts"},
 	{operation: "deploy", env: "prod", weight: 4, risk: 0.8, confidence: 0.8, scopes: []string{"service:api", "service:web"}, deny: 0.2, description: "production deploys"},
-	{operation: "git_push_force", env: "prod", weight: 2, risk: 0.95, confidence: 0.6, scopes: []string{"branch:main"}, deny: 0.5, description: "force pushes to main (critical)"},
+	{operation: "force_push", env: "prod", weight: 2, risk: 0.95, confidence: 0.6, scopes: []string{"branch:main"}, deny: 0.5, description: "force pushes to main (critical)"},
 	{operation: "delete", env: "prod", weight: 2, risk: 0.97, confidence: 0.6, scopes: []string{"bucket:backups", "table:orders_archive"}, deny: 0.5, description: "deletions in production (critical)"},
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The generator is deterministic, draws every kind, and most of its work
@@ -44,4 +46,19 @@ func TestGenerateDeterministicMix(t *testing.T) {
 		t.Errorf("%d operations for people, %d critical: not the documented mix", risky, critical)
 	}
 	t.Logf("mix: %v; %d for people (%d critical)", mixSummary(a), risky, critical)
+}
+
+// histP99 finds the bucket that holds the 99th percentile of what was
+// observed between two reads, and says when it is past the last bucket.
+func TestHistP99(t *testing.T) {
+	inf := math.Inf(1)
+	before := map[float64]float64{0.0001: 10, 0.001: 10, 0.01: 10, inf: 10}
+	after := map[float64]float64{0.0001: 910, 0.001: 1005, 0.01: 1010, inf: 1010}
+	if d, n := histP99(before, after); d != time.Millisecond || n != 1000 {
+		t.Errorf("p99 = %v of %v, want 1ms of 1000", d, n)
+	}
+	after[inf] = 1100
+	if d, _ := histP99(before, after); bucketBound(d) != "> 10 ms (past the last bucket)" {
+		t.Errorf("p99 past the buckets = %v", d)
+	}
 }
