@@ -100,6 +100,14 @@ func (a *approver) onRequested(m *nats.Msg) {
 	}()
 }
 
+// escCallTimeout bounds each command of the workload: a stalled escalator
+// is an error, not a hang (the client retries busy until its deadline).
+const escCallTimeout = 10 * time.Second
+
+func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, escCallTimeout)
+}
+
 // passResult is one pass of the simulation.
 type passResult struct {
 	toPeople, approved, denied, auto, cached int
@@ -116,9 +124,11 @@ func simulate(ctx context.Context, c *heedclient.Client, a *approver, pass int, 
 		a.ops[id] = op
 		a.mu.Unlock()
 		risk, conf := op.risk, op.confidence
-		reply, err := c.RequestEscalation(ctx, command.RequestEscalation{ID: id, EscalationRequestedData: events.EscalationRequestedData{
+		cctx, cancel := callCtx(ctx)
+		reply, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: id, EscalationRequestedData: events.EscalationRequestedData{
 			Session: op.session, Operation: op.operation, Scope: op.scope, Environment: op.env, Risk: &risk, Confidence: &conf, Requester: "bench/" + op.session,
 		}})
+		cancel()
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", id, err)
 		}
@@ -152,7 +162,10 @@ func simulate(ctx context.Context, c *heedclient.Client, a *approver, pass int, 
 		if op.fail {
 			outcome = events.OutcomeFailure
 		}
-		if _, err := c.ReportOutcome(ctx, command.ReportOutcome{ID: id, Outcome: outcome, By: "bench/" + op.session}); err != nil {
+		cctx, cancel = callCtx(ctx)
+		_, err = c.ReportOutcome(cctx, command.ReportOutcome{ID: id, Outcome: outcome, By: "bench/" + op.session})
+		cancel()
+		if err != nil {
 			return r, fmt.Errorf("%s outcome: %w", id, err)
 		}
 	}
@@ -246,8 +259,10 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 		go func() {
 			defer wg.Done()
 			risk, conf := op.risk, op.confidence
+			cctx, cancel := callCtx(ctx)
+			defer cancel()
 			t0 := time.Now()
-			_, err := c.RequestEscalation(ctx, command.RequestEscalation{ID: fmt.Sprintf("lat-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
+			_, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("lat-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
 				Session: op.session, Operation: op.operation, Scope: op.scope, Environment: op.env, Risk: &risk, Confidence: &conf, Requester: "bench/" + op.session,
 			}})
 			lat[i] = time.Since(t0)
@@ -277,9 +292,11 @@ func holdMany(ctx context.Context, c *heedclient.Client, n int) error {
 			defer wg.Done()
 			for i := range next {
 				risk, conf := 0.5, 0.8
-				r, err := c.RequestEscalation(ctx, command.RequestEscalation{ID: fmt.Sprintf("held-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
+				cctx, cancel := callCtx(ctx)
+				r, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("held-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
 					Session: fmt.Sprintf("held-agent-%d", i%1000), Operation: "deploy", Scope: fmt.Sprintf("service:s%d", i%50), Environment: "stage", Risk: &risk, Confidence: &conf, Requester: "bench",
 				}})
+				cancel()
 				if err == nil && r.Status != events.EscalationHeld {
 					err = fmt.Errorf("held-%05d: %s, want held", i, r.Status)
 				}
@@ -366,11 +383,13 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
 		return nil, err
 	}
+	env.logf("escalation: first pass: %+v", first)
 	env.logf("escalation: simulation, second pass")
 	second, err := simulate(ctx, c, a, 2, ops)
 	if err != nil {
 		return nil, err
 	}
+	env.logf("escalation: second pass: %+v", second)
 	a.mu.Lock()
 	a.on = false
 	aerr := a.err
@@ -402,6 +421,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	decideP99, decided := histP99(before, after)
+	env.logf("escalation: decide p99 %s (%.0f steps), request → reply p50 %s p99 %s", bucketBound(decideP99), decided, micros(percentile(lat, 50)), micros(percentile(lat, 99)))
 
 	// 10,000 held.
 	if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
@@ -417,7 +437,9 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
 		return nil, err
 	}
-	held, err := c.Held(ctx, "")
+	hctx, hcancel := callCtx(ctx)
+	held, err := c.Held(hctx, "")
+	hcancel()
 	if err != nil {
 		return nil, err
 	}
