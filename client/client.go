@@ -13,6 +13,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -33,6 +34,9 @@ type Client struct {
 	source  string
 	timeout time.Duration
 	skills  *skill.Cache // skills of the runs read, compiled once
+
+	presMu  sync.Mutex
+	present map[string]*presence // identity → its presence (Present)
 }
 
 // Option configures a Client.

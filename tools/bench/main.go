@@ -42,6 +42,7 @@ var sections = []section{
 	{name: "step", title: "Runner: overhead per step vs raw JetStream", run: runStep},
 	{name: "confirm", title: "Confirmations: request → answer latency and 10,000 pending", run: runConfirm},
 	{name: "approval", title: "Approvals: 1,000 pending answered by 50 callers, round trip, opening runs, 10,000 pending (heed up in its own process)", run: runApproval},
+	{name: "escalation", title: "Escalations: 100 operations learned from, routing latency at 1,000 requests/s, 10,000 held (heed up in its own process)", run: runEscalation},
 	{name: "heal", title: "Healing and learning: load generator over 1,000 runs", run: runHeal},
 }
 
@@ -93,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
 	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
 	fs.IntVar(&c.roundTrips, "round-trips", 500, "approval section: single approvals measured one at a time")
-	fs.IntVar(&c.pending, "pending", 10000, "approval section: confirmations held pending for the RSS figure")
+	fs.IntVar(&c.pending, "pending", 10000, "approval and escalation sections: confirmations (requests) held pending for the RSS figure")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -9,8 +9,12 @@ import (
 	"github.com/heedhq/heed/events"
 )
 
-// whoami names the person at the terminal.
+// whoami names the person at the terminal: $HEED_IDENTITY as it is (the
+// identity approver tiers name), else user:<login>.
 func whoami() string {
+	if v := os.Getenv("HEED_IDENTITY"); v != "" {
+		return v
+	}
 	for _, k := range []string{"HEED_USER", "USER", "LOGNAME"} {
 		if v := os.Getenv(k); v != "" {
 			return "user:" + v

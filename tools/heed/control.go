@@ -195,6 +195,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 // runStatuses are the states a run can be in (the index's words).
 func newConfirmCmd(g *globals) *cobra.Command {
 	var yes, asJSON bool
+	var as string
 	cmd := &cobra.Command{
 		Use:   "confirm [CONFIRM-ID]",
 		Short: "Answer a confirmation at this terminal (the oldest waiting one, or the next to arrive)",
@@ -220,6 +221,14 @@ unless --yes answers with the proceed option.`,
 				return err
 			}
 			defer c.close()
+			if as == "" {
+				as = whoami()
+			}
+			if !yes {
+				// A person is here: reachable while heed confirm waits
+				// for a request and while it asks.
+				defer beReachable(ctx, c, as, cmd.ErrOrStderr())()
+			}
 			id := ""
 			if len(args) == 1 {
 				id = args[0]
@@ -234,10 +243,10 @@ unless --yes answers with the proceed option.`,
 			if yes {
 				start := time.Now()
 				var a command.AnswerReply
-				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: whoami(), Channel: "cli", Reason: "--yes"})
+				a, err = c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: confirmation.ProceedChoice(st.Request), By: as, Channel: "cli", Reason: "--yes"})
 				res = promptResult{Choice: a.Choice, Method: a.Method, By: a.By, Duration: time.Since(start), Counted: a.Counted}
 			} else {
-				res, err = prompt(ctx, c, st, os.Stdin, cmd.OutOrStdout(), g.palette(cmd))
+				res, err = prompt(ctx, c, st, as, os.Stdin, cmd.OutOrStdout(), g.palette(cmd))
 				if errors.Is(err, errNoTerminal) {
 					return noTerminal([]string{id})
 				}
@@ -263,6 +272,8 @@ unless --yes answers with the proceed option.`,
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer with the proceed option instead of asking (recorded as your answer, reason --yes)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (choice, method, duration) as JSON")
+	cmd.Flags().StringVar(&as, "as", "", "who answers, and is reachable for escalations while heed confirm waits (default $HEED_IDENTITY, else the current user)")
+	_ = cmd.RegisterFlagCompletionFunc("as", cobra.NoFileCompletions)
 	cmd.PreRunE = idArg("confirmation")
 	var reason, by, remember string
 	var answerJSON bool

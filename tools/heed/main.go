@@ -22,7 +22,7 @@ const (
 	exitOK           = 0   // done
 	exitFailure      = 1   // heed could not do it: NATS unreachable, a conflict, a bug
 	exitUsage        = 2   // usage or bad input: unknown flag, wrong args, invalid value, unknown id
-	exitNotCompleted = 3   // a run ended without completing: failed, cancelled or abandoned
+	exitNotCompleted = 3   // the answer is no: a run ended without completing, an escalation was denied, a session may not go on (held --check)
 	exitInterrupted  = 130 // interrupted (Ctrl-C) before it was done
 )
 
@@ -31,7 +31,9 @@ const exitStatusHelp = `Exit status (every command):
   1    failure: heed could not do it (NATS unreachable, a conflict, a bug)
   2    usage or bad input (unknown command or flag, wrong arguments, an
        invalid value, an unknown id)
-  3    a run ended without completing (failed, cancelled or abandoned)
+  3    the answer is no: a run ended without completing (failed, cancelled
+       or abandoned), an escalation was denied (heed escalate), a session
+       may not start new risky work (heed held --check)
   130  interrupted (Ctrl-C); a run goes on without its follower
 Errors print one line on stderr: heed: <code>: <message>.`
 
@@ -162,6 +164,9 @@ failed steps and survive a crash of any process.
 		newRunsCmd(g),
 		newStatusCmd(g),
 		newConfirmCmd(g),
+		newEscalateCmd(g),
+		newHeldCmd(g),
+		newEscalationCmd(g),
 		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),

@@ -40,11 +40,15 @@ const defaultPromptTimeout = 300 * time.Second
 // numbered options, a live countdown with a spinner, Enter for the default,
 // a digit for that option, 'a' to remember the choice, Ctrl-C to cancel.
 // An answer from any other channel (or the deadline) ends it too.
-func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File, out io.Writer, pal palette) (promptResult, error) {
+//
+// identity answers, and is present on this terminal while it asks
+// (beReachable).
+func prompt(ctx context.Context, c *client, st *confirmation.State, identity string, in *os.File, out io.Writer, pal palette) (promptResult, error) {
 	start := time.Now()
 	if !term.IsTerminal(int(in.Fd())) {
 		return promptResult{}, errNoTerminal
 	}
+	defer beReachable(ctx, c, identity, os.Stderr)()
 	req := st.Request
 	// Hear answers from elsewhere (another terminal, the web, the router).
 	// Every racing answer reaches this subscription, the refused ones too
@@ -123,7 +127,7 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, in *os.File,
 	draw()
 	choose := func(choice string) (promptResult, error) {
 		fmt.Fprint(out, "\r\033[K")
-		a, err := c.Answer(ctx, command.AnswerConfirmation{ID: st.ID, Choice: choice, By: whoami(), Channel: "terminal", Remember: remember})
+		a, err := c.Answer(ctx, command.AnswerConfirmation{ID: st.ID, Choice: choice, By: identity, Channel: presenceChannel, Remember: remember})
 		var late *command.ErrorReply
 		if errors.As(err, &late) && late.Answer != nil {
 			w := late.Answer

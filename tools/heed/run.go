@@ -22,7 +22,7 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var inputs []string
 	var yes, detach, asJSON bool
-	var agent string
+	var agent, as string
 	cmd := &cobra.Command{
 		Use:   "run SKILL.yaml",
 		Short: "Run a skill and follow it until it ends (exit 0 only if it completed)",
@@ -83,7 +83,10 @@ or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 			if detach {
 				return nil
 			}
-			err = follow(ctx, c, reply.RunID, out, g.noColor)
+			if as == "" {
+				as = whoami()
+			}
+			err = follow(ctx, c, reply.RunID, as, out, g.noColor)
 			if asJSON {
 				var ee *exitError
 				if err == nil || errors.As(err, &ee) && ee.status != exitInterrupted {
@@ -99,6 +102,8 @@ or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer every confirmation with proceed (override)")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the run id and return at once")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent that owns the run (answers ai_assist questions)")
+	cmd.Flags().StringVar(&as, "as", "", "who answers at the prompt, and is reachable for escalations while it asks (default $HEED_IDENTITY, else the current user)")
+	_ = cmd.RegisterFlagCompletionFunc("as", cobra.NoFileCompletions)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run's final state as JSON (progress on standard error)")
 	_ = cmd.RegisterFlagCompletionFunc("input", completeInputs)
 	_ = cmd.RegisterFlagCompletionFunc("agent", cobra.NoFileCompletions)
@@ -106,7 +111,8 @@ or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 }
 
 // follow prints a run's events until it ends and returns its exit status.
-func follow(ctx context.Context, c *client, runID string, out io.Writer, noColor bool) error {
+// identity answers at the prompt (and is reachable while it asks).
+func follow(ctx context.Context, c *client, runID, identity string, out io.Writer, noColor bool) error {
 	tty := isTerminal(out)
 	p := &progress{out: out, tty: tty, pal: paletteFor(out, noColor)}
 	interactive := tty && term.IsTerminal(int(os.Stdin.Fd()))
@@ -133,7 +139,7 @@ func follow(ctx context.Context, c *client, runID string, out io.Writer, noColor
 					p.lock()
 					p.current = ""
 					p.clear()
-					res, err := prompt(ctx, c, st, os.Stdin, out, p.pal)
+					res, err := prompt(ctx, c, st, identity, os.Stdin, out, p.pal)
 					if err == nil {
 						p.line("→ %s (%s by %s, %s)", res.Choice, res.Method, res.By, humanDuration(res.Duration))
 						p.unlock()
