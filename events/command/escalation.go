@@ -87,8 +87,19 @@ type SessionHeld struct {
 	Critical    int              `json:"critical"`
 	CanContinue bool             `json:"can_continue"`
 	Reason      string           `json:"reason"`
-	Requests    []HeldEscalation `json:"requests"`
+	// Requests are the oldest held requests, at most HeldRequestsLimit
+	// for one session (none in the list of every session: ask for the
+	// session); More counts the ones left out, so a reply stays well
+	// under NATS's message size whatever is held.
+	Requests []HeldEscalation `json:"requests"`
+	More     int              `json:"more,omitempty"`
 }
+
+// Limits of a held reply.
+const (
+	HeldRequestsLimit = 100   // requests listed for one session
+	HeldSessionsLimit = 1_000 // sessions listed when every session is asked for
+)
 
 // HeldReply answers heed.cmd.escalation.held: the session asked about
 // (a session with nothing held may continue), or with an empty session
@@ -96,6 +107,9 @@ type SessionHeld struct {
 type HeldReply struct {
 	SessionHeld
 	Sessions []SessionHeld `json:"sessions,omitempty"`
+	// MoreSessions counts sessions with held requests left out of
+	// Sessions (past HeldSessionsLimit, those holding fewest).
+	MoreSessions int `json:"more_sessions,omitempty"`
 }
 
 // ReportOutcome tells how a decided operation went

@@ -208,21 +208,23 @@ func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.E
 		if err != nil {
 			return nil, err
 		}
+		var asked time.Duration // the presence check is an effect, not deciding
 		start := time.Now()
-		evs, err := Decide(e.rs, st, c, e.facts(ctx))
+		evs, err := Decide(e.rs, st, c, e.facts(ctx, &asked))
 		if err != nil {
 			return nil, err
 		}
-		e.m.decideLat.Observe(time.Since(start).Seconds())
+		e.m.decideLat.Observe((time.Since(start) - asked).Seconds())
+		// The escalation's events first, the first of them guarded: a
+		// decider that lost a race (another process, or the command and
+		// the consumer on one request) writes nothing, not even a
+		// confirmation nobody would act on. The offer's confirmation
+		// follows, written only if it does not exist yet (after a crash it
+		// may), so it comes a write after its offered event.
 		guarded := false
 		for i := range evs {
 			ev := &evs[i]
 			if events.Type(ev.Type()).Kind() != "escalation" {
-				// An offer's confirmation, written only if it does not
-				// exist yet (after a crash it may).
-				if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
-					return nil, err
-				}
 				continue
 			}
 			var opts []events.PublishOption
@@ -237,6 +239,15 @@ func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.E
 				return nil, err
 			}
 			e.count(ev)
+		}
+		for i := range evs {
+			ev := &evs[i]
+			if events.Type(ev.Type()).Kind() == "escalation" {
+				continue
+			}
+			if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
+				return nil, err
+			}
 		}
 		e.held.set(st)
 		e.m.held.Set(float64(e.held.count()))
@@ -263,10 +274,17 @@ func (e *escalator) count(ev *events.Event) {
 	}
 }
 
-func (e *escalator) facts(ctx context.Context) Facts {
+// facts are what Decide may ask of the world; the time spent asking who
+// is present is added to asked.
+func (e *escalator) facts(ctx context.Context, asked *time.Duration) Facts {
 	return Facts{
-		Now:       e.now().UTC(),
-		Reachable: func(_ string, members []string) (bool, []string) { return e.reachable(ctx, members), members },
+		Now: e.now().UTC(),
+		Reachable: func(_ string, members []string) (bool, []string) {
+			start := time.Now()
+			ok := e.reachable(ctx, members)
+			*asked += time.Since(start)
+			return ok, members
+		},
 		Cache: func(operation, scope string) *readmodel.Decision {
 			var d readmodel.Decision
 			if e.cache.Get(readmodel.DecisionKey(operation, scope), &d) {

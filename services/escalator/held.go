@@ -152,35 +152,42 @@ func (h *heldIndex) query(session string) command.HeldReply {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if session != "" {
-		return command.HeldReply{SessionHeld: h.sessionHeld(session)}
+		return command.HeldReply{SessionHeld: h.sessionHeld(session, command.HeldRequestsLimit)}
 	}
-	var r command.HeldReply
-	names := make([]string, 0, len(h.bySess))
+	r := command.HeldReply{SessionHeld: command.SessionHeld{CanContinue: true, Requests: []command.HeldEscalation{}}}
 	for s := range h.bySess {
-		names = append(names, s)
+		sh := h.sessionHeld(s, 0)
+		r.Held += sh.Held
+		r.Critical += sh.Critical
+		r.Sessions = append(r.Sessions, sh)
 	}
-	sort.Strings(names)
-	for _, s := range names {
-		r.Sessions = append(r.Sessions, h.sessionHeld(s))
-	}
-	r.CanContinue = true
-	for _, s := range r.Sessions {
-		r.Held += s.Held
-		r.Critical += s.Critical
+	// Those that hold most first: they are what an operator looks for.
+	sort.Slice(r.Sessions, func(i, j int) bool {
+		a, b := r.Sessions[i], r.Sessions[j]
+		if a.Held != b.Held {
+			return a.Held > b.Held
+		}
+		return a.Session < b.Session
+	})
+	if n := len(r.Sessions); n > command.HeldSessionsLimit {
+		r.Sessions, r.MoreSessions = r.Sessions[:command.HeldSessionsLimit], n-command.HeldSessionsLimit
 	}
 	return r
 }
 
 // sessionHeld applies the seed's session rule: any critical held, or more
 // than max_held held, and the session may not start new risky work.
-func (h *heldIndex) sessionHeld(session string) command.SessionHeld {
+func (h *heldIndex) sessionHeld(session string, limit int) command.SessionHeld {
 	out := command.SessionHeld{Session: session, Requests: []command.HeldEscalation{}}
-	var crit []string
+	crit := map[string]bool{}
 	for _, he := range h.bySess[session] {
-		out.Requests = append(out.Requests, he)
+		out.Held++
 		if he.Critical {
 			out.Critical++
-			crit = append(crit, he.Operation)
+			crit[he.Operation] = true
+		}
+		if limit > 0 {
+			out.Requests = append(out.Requests, he)
 		}
 	}
 	sort.Slice(out.Requests, func(i, j int) bool {
@@ -190,11 +197,21 @@ func (h *heldIndex) sessionHeld(session string) command.SessionHeld {
 		}
 		return a.ID < b.ID
 	})
-	out.Held = len(out.Requests)
+	if len(out.Requests) > limit {
+		out.Requests = out.Requests[:limit]
+	}
+	out.More = out.Held - len(out.Requests)
 	switch {
 	case out.Critical > 0:
-		sort.Strings(crit)
-		out.Reason = fmt.Sprintf("%d critical request(s) held (%s)", out.Critical, strings.Join(crit, ", "))
+		ops := make([]string, 0, len(crit))
+		for op := range crit {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		if len(ops) > 5 {
+			ops = append(ops[:5], fmt.Sprintf("%d more", len(ops)-5))
+		}
+		out.Reason = fmt.Sprintf("%d critical request(s) held (%s)", out.Critical, strings.Join(ops, ", "))
 	case out.Held > h.maxHeld:
 		out.Reason = fmt.Sprintf("%d requests held (more than %d)", out.Held, h.maxHeld)
 	default:

@@ -1,6 +1,7 @@
 package escalator
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -49,5 +50,36 @@ func TestHeldRuleUnit(t *testing.T) {
 	h.put("e4", "s", true, 99, command.HeldEscalation{ID: "e4"}) // a late projection of an older event: the decision stands
 	if r := h.query("s"); r.Held != 4 {
 		t.Errorf("a decided request came back: %+v", r)
+	}
+}
+
+// TestHeldReplyStaysSmall: 10,000 held requests in one session, and 10,000
+// sessions holding one or two each, answer within NATS's 1 MB message
+// limit (heed held with no session once never replied with 10,000 held).
+func TestHeldReplyStaysSmall(t *testing.T) {
+	at := time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC)
+	one := newHeldIndex(3)
+	many := newHeldIndex(3)
+	for i := range 10_000 {
+		he := command.HeldEscalation{ID: fmt.Sprintf("e%05d", i), Operation: fmt.Sprintf("op%d", i%50), Scope: strings.Repeat("s", 100), Risk: 0.95, Critical: true, Since: at.Add(time.Duration(i) * time.Second)}
+		one.put(he.ID, "agent/one", true, 1, he)
+		many.put(he.ID, fmt.Sprintf("agent/s%05d", i%(10_000-i%2)), true, 1, he)
+	}
+	r := one.query("agent/one")
+	if r.Held != 10_000 || len(r.Requests) != command.HeldRequestsLimit || r.More != 10_000-command.HeldRequestsLimit || r.Requests[0].ID != "e00000" {
+		t.Errorf("one session: held %d, listed %d (first %s), more %d", r.Held, len(r.Requests), r.Requests[0].ID, r.More)
+	}
+	if !strings.Contains(r.Reason, "10000 critical request(s) held (op0, op1, op10, op11, op12, 45 more)") {
+		t.Errorf("reason: %s", r.Reason)
+	}
+	all := many.query("")
+	if all.Held != 10_000 || len(all.Sessions) != command.HeldSessionsLimit || all.MoreSessions == 0 || all.Sessions[0].Held < all.Sessions[len(all.Sessions)-1].Held {
+		t.Errorf("every session: held %d, listed %d, more %d", all.Held, len(all.Sessions), all.MoreSessions)
+	}
+	for _, rep := range []any{r, all} {
+		b, _ := json.Marshal(rep)
+		if len(b) > 512<<10 {
+			t.Errorf("a held reply of %d bytes", len(b))
+		}
 	}
 }

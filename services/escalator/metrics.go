@@ -22,7 +22,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		offers:    prometheus.NewCounter(prometheus.CounterOpts{Name: "heed_escalation_offers_total", Help: "Escalations offered to a tier."}),
 		escalated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "heed_escalations_escalated_total", Help: "Escalations moved past a tier, by reason (timeout, unreachable, passed)."}, []string{"reason"}),
 		held:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "heed_escalations_held", Help: "Escalation requests held (in the escalator's memory)."}),
-		decideLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heed_escalation_decide_seconds", Help: "Time to decide one escalation step (routing included), without reading or writing the log.",
+		decideLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heed_escalation_decide_seconds", Help: "Time to decide one escalation step (routing included), without reading or writing the log or asking who is present.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01}}),
 	}
 	if m != nil {

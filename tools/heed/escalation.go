@@ -314,6 +314,15 @@ SESSION: any session) may not start new risky work, 0 when it may.`,
 					t.row("  "+r.ID, r.Operation, r.Scope, risk, r.Tier, fmt.Sprint(r.Priority), humanDuration(time.Since(r.Since).Round(time.Second)))
 				}
 				t.Flush()
+				if s.More > 0 {
+					fmt.Fprintf(out, "  … and %d more (the oldest %d are listed)\n", s.More, len(s.Requests))
+				}
+			}
+			if !asJSON && session == "" && len(sessions) > 0 {
+				fmt.Fprintln(out, "\n(heed held SESSION lists a session's requests)")
+				if reply.MoreSessions > 0 {
+					fmt.Fprintf(out, "… and %d more sessions with held requests (those holding fewest)\n", reply.MoreSessions)
+				}
 			}
 			if check && blocked {
 				return &exitError{status: exitNotCompleted}
