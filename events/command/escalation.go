@@ -82,11 +82,11 @@ type HeldEscalation struct {
 // more than max_held held, or any critical held, and it may not start new
 // risky work (CanContinue false, Reason says why).
 type SessionHeld struct {
-	Session     string           `json:"session"`
-	Held        int              `json:"held"`
-	Critical    int              `json:"critical"`
-	CanContinue bool             `json:"can_continue"`
-	Reason      string           `json:"reason"`
+	Session     string `json:"session"`
+	Held        int    `json:"held"`
+	Critical    int    `json:"critical"`
+	CanContinue bool   `json:"can_continue"`
+	Reason      string `json:"reason"`
 	// Requests are the oldest held requests, at most HeldRequestsLimit
 	// for one session (none in the list of every session: ask for the
 	// session); More counts the ones left out, so a reply stays well
