@@ -45,12 +45,19 @@ func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Servi
 // request writes the escalation and decides its route at once; the agent
 // is never kept waiting for a person.
 func (e *escalator) request(ctx context.Context, req *command.RequestEscalation) (any, error) {
-	id := req.ID
-	if id == "" {
-		id = "esc-" + strings.ToLower(ulid.Make().String())
-	}
 	data := req.EscalationRequestedData
 	data.Requester = actor(data.Requester, data.Session)
+	id := req.ID
+	if id == "" {
+		// A new id: nothing to read (its write is still guarded by "no
+		// earlier event", so a clash could not go unnoticed).
+		id = "esc-" + strings.ToLower(ulid.Make().String())
+		st, err := e.processFrom(ctx, id, Cause{Request: &data}, escalation.New(id))
+		if err != nil {
+			return nil, err
+		}
+		return reply(st), nil
+	}
 	st, err := e.load(ctx, id)
 	if err != nil {
 		return nil, err
@@ -59,7 +66,7 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		return nil, events.Errorf(events.CodeConflict, "escalation %s exists with other content (session %s, operation %s)", id, st.Request.Session, st.Request.Operation)
 	}
 	if st.Status == "" || st.Routed == nil {
-		if st, err = e.process(ctx, id, Cause{Request: &data}); err != nil {
+		if st, err = e.processFrom(ctx, id, Cause{Request: &data}, st); err != nil {
 			return nil, err
 		}
 	}

@@ -203,10 +203,20 @@ func (e *escalator) load(ctx context.Context, id string) (*command.EscalationSta
 // by the aggregate's last sequence (a concurrent writer makes it read and
 // decide again), the offer's confirmation only if it does not exist.
 func (e *escalator) process(ctx context.Context, id string, c Cause) (*command.EscalationState, error) {
+	return e.processFrom(ctx, id, c, nil)
+}
+
+// processFrom is process starting from a state already read (nil: read
+// it); after a lost race it reads the log again.
+func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *command.EscalationState) (*command.EscalationState, error) {
 	return events.RetryStale(ctx, 10, func() (*command.EscalationState, error) {
-		st, err := e.load(ctx, id)
-		if err != nil {
-			return nil, err
+		st := known
+		known = nil
+		if st == nil {
+			var err error
+			if st, err = e.load(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		var asked time.Duration // the presence check is an effect, not deciding
 		start := time.Now()
