@@ -179,6 +179,12 @@ failed steps and survive a crash of any process.
 	// cobra adds its completion command when it executes, after
 	// strictUsage has walked the tree: add it now so that it is checked too.
 	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		comp.Example = "  heed completion bash > ~/.local/share/bash-completion/completions/heed\n  heed completion zsh > \"${fpath[1]}/_heed\"\n  heed completion fish > ~/.config/fish/completions/heed.fish"
+		for _, sh := range comp.Commands() {
+			sh.Example = "  heed completion " + sh.Name() + " --help   # where to put it for " + sh.Name()
+		}
+	}
 	strictUsage(root)
 	return root
 }
