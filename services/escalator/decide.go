@@ -74,14 +74,18 @@ func Decide(rs *Rules, st *command.EscalationState, c Cause, f Facts) ([]events.
 		if err := d.add(events.EscalationRouted, st.ID+"/routed", routed); err != nil {
 			return nil, err
 		}
-		switch routed.Decision {
-		case events.RouteAutoApprove, events.RouteConditionalApprove:
-			return d.out, d.decide(events.EscalationApproved, events.EscMethodRule, Actor, "", routed.Reason, nil)
-		case events.RouteCachedApprove:
-			return d.out, d.decide(events.EscalationApproved, events.EscMethodCache, Actor, "", routed.Reason, nil)
-		case events.RouteDeny:
-			return d.out, d.decide(events.EscalationDenied, events.EscMethodRule, Actor, "", routed.Reason, nil)
-		}
+	}
+	// A route that decides by itself decides now, also when the log
+	// holds the route without its decision (a crash between the two, or
+	// a reader that read between them): never offered, never a final
+	// action.
+	switch r := d.st.Routed; r.Decision {
+	case events.RouteAutoApprove, events.RouteConditionalApprove:
+		return d.out, d.decide(events.EscalationApproved, events.EscMethodRule, Actor, "", r.Reason, nil)
+	case events.RouteCachedApprove:
+		return d.out, d.decide(events.EscalationApproved, events.EscMethodCache, Actor, "", r.Reason, nil)
+	case events.RouteDeny:
+		return d.out, d.decide(events.EscalationDenied, events.EscMethodRule, Actor, "", r.Reason, nil)
 	}
 	if c.ConfirmID != "" {
 		if err := d.answer(c); err != nil {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -244,6 +245,13 @@ func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *
 			ack, err := e.bus.Publish(ctx, ev, opts...)
 			if err != nil {
 				return nil, err
+			}
+			if ack.Duplicate {
+				// Another decider wrote this id first, perhaps with other
+				// content (it read the log at another moment): what
+				// stands is the log's, so stop here, read it and decide
+				// again from it instead of trusting what was decided here.
+				return nil, fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
 			}
 			if err := escalation.Apply(st, ev, ack.Sequence); err != nil {
 				return nil, err
