@@ -180,9 +180,9 @@ failed steps and survive a crash of any process.
 	// strictUsage has walked the tree: add it now so that it is checked too.
 	root.InitDefaultCompletionCmd()
 	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
-		comp.Example = "  heed completion bash > ~/.local/share/bash-completion/completions/heed\n  heed completion zsh > \"${fpath[1]}/_heed\"\n  heed completion fish > ~/.config/fish/completions/heed.fish"
+		comp.Example = "  heed completion bash\n  heed completion zsh\n  heed completion fish"
 		for _, sh := range comp.Commands() {
-			sh.Example = "  heed completion " + sh.Name() + " --help   # where to put it for " + sh.Name()
+			sh.Example = "  heed completion " + sh.Name()
 		}
 	}
 	strictUsage(root)
