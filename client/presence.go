@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/nats-io/nats.go"
@@ -64,17 +65,26 @@ func (c *Client) Present(_ context.Context, identity, channel string) (stop func
 
 func (c *Client) leave(identity, channel string) {
 	c.presMu.Lock()
-	defer c.presMu.Unlock()
 	p := c.present[identity]
 	if p == nil {
+		c.presMu.Unlock()
 		return
 	}
 	if p.channels[channel]--; p.channels[channel] <= 0 {
 		delete(p.channels, channel)
 	}
+	var sub *nats.Subscription
 	if len(p.channels) == 0 {
-		_ = p.sub.Unsubscribe()
+		sub = p.sub
 		delete(c.present, identity)
+	}
+	c.presMu.Unlock()
+	if sub != nil {
+		// Gone means gone when stop returns: until the server has the
+		// unsubscribe it may hand this process a request meant for the
+		// queue group, which would then go unanswered.
+		_ = sub.Unsubscribe()
+		_ = c.nc.FlushTimeout(time.Second)
 	}
 }
 
