@@ -233,7 +233,7 @@ func checkResumes(t *testing.T, path string, log []*events.Event) {
 			dec := d.heal(r, &f, log[j-1].Time())
 			var got []string
 			for _, e := range dec.Events {
-				got = append(got, e.ID())
+				got = append(got, e.ID()+" "+string(e.Data()))
 			}
 			if dec.RunFix != nil {
 				got = append(got, "(run the fix tool)")
@@ -244,7 +244,7 @@ func checkResumes(t *testing.T, path string, log []*events.Event) {
 					want = append(want, "(run the fix tool)")
 					break
 				}
-				want = append(want, e.ID())
+				want = append(want, e.ID()+" "+string(e.Data()))
 			}
 			if strings.Join(got, " ") != strings.Join(want, " ") {
 				t.Errorf("a healer restarted after %s decides %v, the golden log has %v next", log[j-1].ID(), got, want)

@@ -410,9 +410,9 @@ func checkSameFold(t *testing.T, want *runstate.Run, consumed []*events.Event) {
 // a tool again only for an attempt whose result is not in the log yet.
 func checkRestarts(t *testing.T, s *sim) {
 	t.Helper()
-	inLog := map[string]bool{}
+	inLog := map[string]string{} // id → data
 	for _, ev := range s.log {
-		inLog[ev.ID()] = true
+		inLog[ev.ID()] = string(ev.Data())
 	}
 	for j := 1; j <= len(s.consumed); j++ {
 		r := runstate.New(goldenRun)
@@ -425,8 +425,13 @@ func checkRestarts(t *testing.T, s *sim) {
 		now := cause.Time()
 		dec := s.d.decide(r, cause, Facts{Now: func() time.Time { return now }, Calls: func(int, int) CallState { return CallNone }})
 		for _, ev := range dec.Events {
-			if !inLog[ev.ID()] {
+			data, ok := inLog[ev.ID()]
+			if !ok {
 				t.Errorf("a runner restarted after %s writes %s, which the golden log does not have", cause.ID(), ev.ID())
+			} else if data != string(ev.Data()) {
+				// Same id, other content: JetStream would drop it as a
+				// repeat, hiding a decision that differs.
+				t.Errorf("a runner restarted after %s writes %s with %s, the golden log has %s", cause.ID(), ev.ID(), ev.Data(), data)
 			}
 		}
 		if l := dec.Launch; l != nil {
