@@ -198,7 +198,7 @@ func newConfirmCmd(g *globals) *cobra.Command {
 	var as string
 	cmd := &cobra.Command{
 		Use:   "confirm [CONFIRM-ID]",
-		Short: "Answer a confirmation at this terminal (the oldest waiting one, or the next to arrive)",
+		Short: "Answer a confirmation at this terminal (the oldest waiting one you may answer, or the next to arrive)",
 		Long: `Ask the person at this terminal: the question, numbered options, a live
 countdown. Enter takes the default, a digit picks that option, 'a' remembers
 the choice for this skill step, Ctrl-C cancels. An answer from any other
@@ -232,7 +232,7 @@ unless --yes answers with the proceed option.`,
 			id := ""
 			if len(args) == 1 {
 				id = args[0]
-			} else if id, err = nextPending(cmd, c); err != nil {
+			} else if id, err = nextPending(cmd, c, as); err != nil {
 				return err
 			}
 			st, err := c.Confirmation(ctx, id)
@@ -402,9 +402,19 @@ func noTerminal(args []string) error {
 	return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: fmt.Sprintf("%v: %s, or pass --yes to proceed", errNoTerminal, how)}
 }
 
-// nextPending returns the oldest confirmation waiting for an answer, or
-// waits for the next request.
-func nextPending(cmd *cobra.Command, c *client) (string, error) {
+// mayAnswer reports whether who is among a confirmation's approvers (any
+// one may answer when it names none).
+func mayAnswer(st *confirmation.State, who string) bool {
+	if st == nil || st.Request == nil || len(st.Request.Approvers) == 0 {
+		return true
+	}
+	return slices.Contains(st.Request.Approvers, who)
+}
+
+// nextPending returns the oldest confirmation waiting for an answer that
+// who may give, or waits for the next request. A confirmation that names
+// its approvers without who is someone else's to answer.
+func nextPending(cmd *cobra.Command, c *client, who string) (string, error) {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	pending, err := c.WatchPending(ctx)
@@ -435,7 +445,7 @@ func nextPending(cmd *cobra.Command, c *client) (string, error) {
 			case p.Closed && p.ID == candidate:
 				candidate = ""
 				settle.Stop()
-			case !p.Closed && candidate == "":
+			case !p.Closed && candidate == "" && mayAnswer(p.State, who):
 				candidate = p.ID
 				settle.Reset(50 * time.Millisecond)
 			}
