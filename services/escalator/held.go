@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
@@ -26,11 +27,21 @@ type heldIndex struct {
 	mu      sync.RWMutex
 	bySess  map[string]map[string]command.HeldEscalation
 	session map[string]string // escalation id → session
-	done    map[string]bool   // decided escalations
+	// done are the escalations decided lately, in two generations swapped
+	// every doneFor: what the projector (log order, behind what the
+	// escalator wrote itself) still says of them must not bring them back.
+	// A decision older than that is forgotten, so the index stays the size
+	// of what is held; a projector later than that brings a decided request
+	// back only until it reaches the decision itself.
+	done, doneBefore map[string]bool
+	doneSince        time.Time
 	// progress of each held entry: a summary the projector writes late
 	// (behind what the escalator wrote itself) does not take it back.
 	progress map[string]int
 }
+
+// doneFor is how long a decided escalation is remembered (one generation).
+const doneFor = 10 * time.Minute
 
 // progressOf orders an escalation's states: routed, then each offer and
 // escalation.
@@ -46,7 +57,8 @@ func progressOf(routed bool, escalations int, offerOpen bool) int {
 }
 
 func newHeldIndex(maxHeld int) *heldIndex {
-	return &heldIndex{maxHeld: maxHeld, bySess: map[string]map[string]command.HeldEscalation{}, session: map[string]string{}, done: map[string]bool{}, progress: map[string]int{}}
+	return &heldIndex{maxHeld: maxHeld, bySess: map[string]map[string]command.HeldEscalation{}, session: map[string]string{},
+		done: map[string]bool{}, doneBefore: map[string]bool{}, doneSince: time.Now(), progress: map[string]int{}}
 }
 
 // load starts the index from the projection's summaries.
@@ -100,7 +112,7 @@ func (h *heldIndex) set(st *command.EscalationState) {
 func (h *heldIndex) put(id, session string, held bool, progress int, he command.HeldEscalation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.done[id] {
+	if h.done[id] || h.doneBefore[id] {
 		return
 	}
 	if p, ok := h.progress[id]; held && ok && progress < p {
@@ -115,6 +127,9 @@ func (h *heldIndex) put(id, session string, held bool, progress int, he command.
 			delete(h.session, id)
 		}
 		delete(h.progress, id)
+		if time.Since(h.doneSince) > doneFor {
+			h.done, h.doneBefore, h.doneSince = map[string]bool{}, h.done, time.Now()
+		}
 		h.done[id] = true
 		return
 	}

@@ -83,3 +83,28 @@ func TestHeldReplyStaysSmall(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldIndexForgetsOldDecisions: decided escalations are remembered for
+// one to two generations (a late summary of the projector cannot bring
+// them back meanwhile), then forgotten, so the index does not grow with
+// every escalation ever decided.
+func TestHeldIndexForgetsOldDecisions(t *testing.T) {
+	h := newHeldIndex(3)
+	he := command.HeldEscalation{ID: "e1"}
+	h.put("e1", "s", true, 1, he)
+	h.put("e1", "s", false, 9, command.HeldEscalation{})
+	h.put("e1", "s", true, 1, he) // a late summary
+	if r := h.query("s"); r.Held != 0 {
+		t.Fatalf("a late summary brought back a decided escalation: %+v", r)
+	}
+	for gen := range 2 {
+		h.doneSince = time.Now().Add(-2 * doneFor)
+		h.put(fmt.Sprint("x", gen), "s", false, 9, command.HeldEscalation{})
+	}
+	if h.done["e1"] || h.doneBefore["e1"] {
+		t.Errorf("e1 still remembered after two generations")
+	}
+	if !h.doneBefore["x0"] || !h.done["x1"] {
+		t.Errorf("the latest decisions are forgotten: done %v, before %v", h.done, h.doneBefore)
+	}
+}
