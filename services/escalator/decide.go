@@ -153,7 +153,9 @@ func (d *decision) decide(decision, method, by, channel, reason string, votes []
 	if data.HeldMS < 0 {
 		data.HeldMS = 0
 	}
-	if o := escalation.CurrentOffer(d.st); o != nil && method != events.EscMethodRule && method != events.EscMethodCache {
+	// The offer it decides on: the open one (an answer, or the last
+	// tier's timeout), none when it was passed over on the way here.
+	if o := d.open(); o != nil && method != events.EscMethodRule && method != events.EscMethodCache {
 		data.ConfirmID, data.Tier = o.ConfirmID, o.Tier
 	}
 	return d.add(events.EscalationDecided, d.st.ID+"/decided", data)
