@@ -23,6 +23,7 @@ import (
 	"github.com/heedhq/heed/lib/escalation"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ConsumerName is the escalator's durable consumer.
@@ -232,31 +233,57 @@ func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *
 		// confirmation nobody would act on. The offer's confirmation
 		// follows, written only if it does not exist yet (after a crash it
 		// may), so it comes a write after its offered event.
-		guarded := false
+		// The first write is guarded and waited for; the rest of the
+		// escalation's events follow it together (one round trip, in
+		// order on the one connection).
+		var mine []*events.Event
 		for i := range evs {
-			ev := &evs[i]
-			if events.Type(ev.Type()).Kind() != "escalation" {
-				continue
+			if events.Type(evs[i].Type()).Kind() == "escalation" {
+				mine = append(mine, &evs[i])
 			}
-			var opts []events.PublishOption
-			if !guarded {
-				opts, guarded = append(opts, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq}), true
-			}
-			ack, err := e.bus.Publish(ctx, ev, opts...)
-			if err != nil {
-				return nil, err
-			}
+		}
+		written := func(ev *events.Event, ack *jetstream.PubAck) error {
 			if ack.Duplicate {
 				// Another decider wrote this id first, perhaps with other
 				// content (it read the log at another moment): what
 				// stands is the log's, so stop here, read it and decide
 				// again from it instead of trusting what was decided here.
-				return nil, fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
+				return fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
 			}
 			if err := escalation.Apply(st, ev, ack.Sequence); err != nil {
-				return nil, err
+				return err
 			}
 			e.count(ev)
+			return nil
+		}
+		if len(mine) > 0 {
+			ack, err := e.bus.Publish(ctx, mine[0], events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
+			if err != nil {
+				return nil, err
+			}
+			if err := written(mine[0], ack); err != nil {
+				return nil, err
+			}
+			futures := make([]jetstream.PubAckFuture, 0, len(mine)-1)
+			for _, ev := range mine[1:] {
+				f, err := e.bus.PublishAsync(ev)
+				if err != nil {
+					return nil, err
+				}
+				futures = append(futures, f)
+			}
+			for i, f := range futures {
+				select {
+				case ack := <-f.Ok():
+					if err := written(mine[i+1], ack); err != nil {
+						return nil, err
+					}
+				case err := <-f.Err():
+					return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("escalation %s: writing %s: %v", id, mine[i+1].ID(), err), Err: err}
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
 		}
 		for i := range evs {
 			ev := &evs[i]
