@@ -76,7 +76,7 @@ func TestTierTimeoutExactlyOnceAcrossKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := eventstest.Start(t)
-	startSvc(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+	eventstest.StartService(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 		return confirm.Run(ctx, rt, confirm.Config{})
 	})
 	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}

@@ -7,12 +7,10 @@ package escalator_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,44 +23,6 @@ import (
 	"github.com/heedhq/heed/services/escalator"
 	"github.com/nats-io/nats.go"
 )
-
-type svc struct {
-	t      *testing.T
-	name   string
-	rt     *service.Runtime
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
-func startSvc(t *testing.T, env *eventstest.Env, name string, run service.RunFunc) *svc {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rt, err := service.Connect(ctx, name, env.URL(), eventstest.Logger(t), events.DefaultTopology())
-	if err != nil {
-		cancel()
-		t.Fatalf("connect %s: %v", name, err)
-	}
-	s := &svc{t: t, name: name, rt: rt, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, rt) }()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *svc) stop() {
-	s.once.Do(func() {
-		s.cancel()
-		select {
-		case err := <-s.done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				s.t.Errorf("%s stopped with error: %v", s.name, err)
-			}
-		case <-time.After(20 * time.Second):
-			s.t.Errorf("%s did not stop within 20s", s.name)
-		}
-		s.rt.Close()
-	})
-}
 
 type stack struct {
 	env *eventstest.Env
@@ -82,10 +42,10 @@ func start(t *testing.T, yaml string) *stack {
 			t.Fatal(err)
 		}
 	}
-	startSvc(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+	eventstest.StartService(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 		return confirm.Run(ctx, rt, confirm.Config{})
 	})
-	startSvc(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
+	eventstest.StartService(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
 		return escalator.Run(ctx, rt, escalator.Config{ConfigFile: cfg})
 	})
 	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}

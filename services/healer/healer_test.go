@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,45 +35,6 @@ import (
 )
 
 // ---- services, each with its own runtime ----
-
-type svc struct {
-	t      *testing.T
-	name   string
-	rt     *service.Runtime
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
-func startSvc(t *testing.T, env *eventstest.Env, name string, run service.RunFunc) *svc {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rt, err := service.Connect(ctx, name, env.URL(), eventstest.Logger(t), events.DefaultTopology())
-	if err != nil {
-		cancel()
-		t.Fatalf("connect %s: %v", name, err)
-	}
-	s := &svc{t: t, name: name, rt: rt, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, rt) }()
-	t.Cleanup(s.stop)
-	return s
-}
-
-// stop cancels the service, waits for Run to return and closes its runtime.
-func (s *svc) stop() {
-	s.once.Do(func() {
-		s.cancel()
-		select {
-		case err := <-s.done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				s.t.Errorf("%s stopped with error: %v", s.name, err)
-			}
-		case <-time.After(20 * time.Second):
-			s.t.Errorf("%s did not stop within 20s", s.name)
-		}
-		s.rt.Close()
-	})
-}
 
 // stack is one fresh server with the simulated tools' state directory.
 type stack struct {
@@ -105,7 +65,7 @@ func newStack(t *testing.T) *stack {
 // nats-server, so services start one after the other.
 func (s *stack) run(t *testing.T, name string, run service.RunFunc, consumers ...string) {
 	t.Helper()
-	startSvc(t, s.env, name, run)
+	eventstest.StartService(t, s.env, name, run)
 	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		for _, c := range consumers {
 			if _, err := s.bus.JetStream().Consumer(ctxFor(t, 5*time.Second), events.EventStream, c); err != nil {

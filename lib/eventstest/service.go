@@ -1,0 +1,45 @@
+package eventstest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/service"
+)
+
+// StartService runs a service's entry point against env on a connection
+// of its own, as heed up does, and stops it when the test ends (or when
+// the returned stop is called): it must return within 20 s, with nil or
+// context.Canceled.
+func StartService(t testing.TB, env *Env, name string, run service.RunFunc) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rt, err := service.Connect(ctx, name, env.URL(), Logger(t), events.DefaultTopology())
+	if err != nil {
+		cancel()
+		t.Fatalf("connect %s: %v", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, rt) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("%s stopped with error: %v", name, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s did not stop within 20s", name)
+			}
+			rt.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
