@@ -17,6 +17,7 @@ import (
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/lib/service/servicetest"
 	"github.com/heedhq/heed/services/confirm"
 )
 
@@ -76,7 +77,7 @@ func TestTierTimeoutExactlyOnceAcrossKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := eventstest.Start(t)
-	eventstest.StartService(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+	servicetest.Start(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 		return confirm.Run(ctx, rt, confirm.Config{})
 	})
 	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}

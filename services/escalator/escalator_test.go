@@ -19,6 +19,7 @@ import (
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/lib/service/servicetest"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/escalator"
 	"github.com/nats-io/nats.go"
@@ -42,10 +43,10 @@ func start(t *testing.T, yaml string) *stack {
 			t.Fatal(err)
 		}
 	}
-	eventstest.StartService(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
+	servicetest.Start(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 		return confirm.Run(ctx, rt, confirm.Config{})
 	})
-	eventstest.StartService(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
+	servicetest.Start(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
 		return escalator.Run(ctx, rt, escalator.Config{ConfigFile: cfg})
 	})
 	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}

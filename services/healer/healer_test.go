@@ -26,6 +26,7 @@ import (
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/lib/service/servicetest"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/healer"
 	"github.com/heedhq/heed/services/learner"
@@ -65,7 +66,7 @@ func newStack(t *testing.T) *stack {
 // nats-server, so services start one after the other.
 func (s *stack) run(t *testing.T, name string, run service.RunFunc, consumers ...string) {
 	t.Helper()
-	eventstest.StartService(t, s.env, name, run)
+	servicetest.Start(t, s.env, name, run)
 	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		for _, c := range consumers {
 			if _, err := s.bus.JetStream().Consumer(ctxFor(t, 5*time.Second), events.EventStream, c); err != nil {

@@ -1,4 +1,7 @@
-package eventstest
+// Package servicetest starts heed services in tests (apart from
+// eventstest, which the contract's own tests import without the service
+// runtime's dependencies).
+package servicetest
 
 import (
 	"context"
@@ -8,17 +11,18 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
 )
 
-// StartService runs a service's entry point against env on a connection
+// Start runs a service's entry point against env on a connection
 // of its own, as heed up does, and stops it when the test ends (or when
 // the returned stop is called): it must return within 20 s, with nil or
 // context.Canceled.
-func StartService(t testing.TB, env *Env, name string, run service.RunFunc) (stop func()) {
+func Start(t testing.TB, env *eventstest.Env, name string, run service.RunFunc) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	rt, err := service.Connect(ctx, name, env.URL(), Logger(t), events.DefaultTopology())
+	rt, err := service.Connect(ctx, name, env.URL(), eventstest.Logger(t), events.DefaultTopology())
 	if err != nil {
 		cancel()
 		t.Fatalf("connect %s: %v", name, err)
