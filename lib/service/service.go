@@ -298,6 +298,7 @@ func (f *Flags) main(name string, run RunFunc) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go ReleaseIdleMemory(ctx, log, IdleRelease{})
 	topo := events.DefaultTopology()
 	topo.Replicas = f.Replicas
 	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo)

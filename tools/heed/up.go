@@ -213,6 +213,11 @@ func upNATSURL(flagURL string, embed bool, out writer) (string, error) {
 // runUp runs heed: on the NATS server at o.natsURL, or on an embedded one
 // when it is empty.
 func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error {
+	// One process, one releaser: the services and the embedded server
+	// share the heap it gives back.
+	relCtx, stopRelease := context.WithCancel(ctx)
+	defer stopRelease()
+	go service.ReleaseIdleMemory(relCtx, log, service.IdleRelease{})
 	if o.pprofListen != "" {
 		stop, err := servePprof(o.pprofListen, log)
 		if err != nil {
