@@ -76,11 +76,15 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 		}
 	}
 	moved := 0
+	now := time.Now()
 	for id, cid := range ids {
 		if ctx.Err() != nil {
 			return moved, ctx.Err()
 		}
 		if cid != "" {
+			if !e.lookDue(id, now) {
+				continue
+			}
 			// A run this process saw pause for confirmation cid: sweepRun
 			// leaves a paused run alone until an answer is in the log, and
 			// the runner's events after a pause follow the answer (what
@@ -94,6 +98,7 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 				continue
 			}
 			if !answered {
+				e.lookedInVain(id, now, quiet)
 				continue
 			}
 		}

@@ -39,6 +39,36 @@ func TestDrivenIDsLeavesOutRunsHandledLately(t *testing.T) {
 	}
 }
 
+// TestSweepLooksForAnswersLessAndLessOften: each look that finds no answer
+// doubles the gap to the next (from the quiet period, up to maxSweepWait);
+// a new question starts again from the quiet period.
+func TestSweepLooksForAnswersLessAndLessOften(t *testing.T) {
+	e := &engine{waiting: map[string]string{}, maxWaiting: 10, unanswered: map[string]sweepWait{}}
+	now := time.Now()
+	if !e.lookDue("r", now) {
+		t.Fatal("a run never looked at is due")
+	}
+	var gaps []time.Duration
+	at := now
+	for range 7 {
+		e.lookedInVain("r", at, 30*time.Second)
+		w := e.unanswered["r"]
+		gaps = append(gaps, w.gap)
+		if e.lookDue("r", w.due.Add(-time.Millisecond)) || !e.lookDue("r", w.due) {
+			t.Fatalf("due at %v: not before, and from then on", w.due.Sub(now))
+		}
+		at = w.due
+	}
+	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, maxSweepWait, maxSweepWait}
+	if !slices.Equal(gaps, want) {
+		t.Fatalf("gaps %v, want %v", gaps, want)
+	}
+	e.wait("r", "c1")
+	if _, ok := e.unanswered["r"]; ok {
+		t.Fatal("a new question keeps the old one's gap")
+	}
+}
+
 // TestSweepOfAParkedRunReadsItsAnswers: a parked run (its state out of the
 // cache) waiting for a confirmation is passed by while no answer is in the
 // log, and moved on by the sweep once one is, though its delivery was lost.
@@ -79,6 +109,11 @@ func TestSweepOfAParkedRunReadsItsAnswers(t *testing.T) {
 		t.Fatalf("sweep without an answer moved %d runs (err %v)", n, err)
 	}
 	put(events.ConfirmAnswered, cid, cid+"/answer1", events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:test", RunID: id})
+	// The look that found nothing put the next one a quiet period off.
+	if n, err := e.sweep(ctx, time.Second, false); err != nil || n != 0 {
+		t.Fatalf("a sweep before the run's next look moved %d runs (err %v)", n, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
 	if n, err := e.sweep(ctx, time.Second, false); err != nil || n != 1 {
 		t.Fatalf("sweep with an answer moved %d runs (err %v), want 1", n, err)
 	}
