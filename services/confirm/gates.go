@@ -19,6 +19,14 @@ import (
 // one) starts nothing: a state is seeded only by the confirmation's first
 // message, which first reports. The cache is bounded; a state it lost is
 // read again.
+// heldConfirmations bounds the states the router keeps: the newest this
+// many confirmations are judged from memory (about 1.5 KB each), older
+// ones from the log (one batched read, about a millisecond), so that the
+// router's memory stays flat however many questions wait (BENCHMARKS.md,
+// 10,000 pending). The runner keeps its newest 1,000 waiting runs the
+// same way.
+const heldConfirmations = 2048
+
 type gates struct {
 	mu    sync.Mutex
 	m     map[string]*confirmation.State

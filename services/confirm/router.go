@@ -100,7 +100,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		return fmt.Errorf("event stream: %w", err)
 	}
 	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, m: rt.Metrics}
-	r.gates = newGates(10000, r.firstSeq)
+	r.gates = newGates(heldConfirmations, r.firstSeq)
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
