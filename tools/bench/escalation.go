@@ -428,9 +428,17 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	if aerr != nil {
 		return nil, fmt.Errorf("the simulated approver: %w", aerr)
 	}
-	cut := 0.0
+	// The cut is against what people would get without learning: the
+	// first pass's escalations plus what its own cache already took from
+	// them (the cache learns within the pass too). Pass against pass is
+	// printed beside it.
+	withoutLearning := first.toPeople + first.cached
+	cut, passCut := 0.0, 0.0
+	if withoutLearning > 0 {
+		cut = 1 - float64(second.toPeople)/float64(withoutLearning)
+	}
 	if first.toPeople > 0 {
-		cut = 1 - float64(second.toPeople)/float64(first.toPeople)
+		passCut = 1 - float64(second.toPeople)/float64(first.toPeople)
 	}
 
 	// Routing latency: a paced load of generated operations (another
@@ -495,7 +503,8 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		rows: [][]string{
 			{fmt.Sprintf("simulation, first pass: escalations to people (of %d)", simOps), fmt.Sprintf("%d (auto %d, cached %d; approved %d, denied %d)", first.toPeople, first.auto, first.cached, first.approved, first.denied), "", ""},
 			{"… second pass, the same operations", fmt.Sprintf("%d (auto %d, cached %d; approved %d, denied %d)", second.toPeople, second.auto, second.cached, second.approved, second.denied), "", ""},
-			{"… escalations cut by learning", fmt.Sprintf("%.0f%%", 100*cut), "≥ 80%", passMiss(verdicts[0])},
+			{fmt.Sprintf("… escalations cut by learning (second pass against no learning: %d → %d)", withoutLearning, second.toPeople), fmt.Sprintf("%.0f%%", 100*cut), "≥ 80%", passMiss(verdicts[0])},
+			{"… second pass against the first (which learned as it went)", fmt.Sprintf("%.0f%%", 100*passCut), "", ""},
 			{fmt.Sprintf("routing decision inside the escalator, p99 (%.0f steps, histogram bucket)", decided), bucketBound(decideP99), "≤ 1 ms", passMiss(verdicts[1])},
 			{fmt.Sprintf("request → reply, p50 (%d requests at %d/s)", len(lat), targetEscRate), micros(percentile(lat, 50)), "", ""},
 			{"request → reply, p99", micros(e2eP99), "≤ 5 ms", passMiss(verdicts[2])},
@@ -507,7 +516,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	}}}
 	res.notes = append(res.notes,
 		"Simulation: generate(seed 14, 100) in tools/bench/escalation_gen.go: "+strings.Join(mixSummary(ops), ", ")+". Each operation is requested with its risk and confidence (heed.cmd.escalation.request), a held one waited for (heed.escalation.<id>.decided), an approved one reported (heed.cmd.escalation.outcome: success, failure for the share the kind fails). The simulated approver is a member of every tier, present on its presence subject, and answers every offer through heed.cmd.confirm.answer: approve, deny for the share of production deploys and critical operations it denies. The second pass replays the same operations after the learner caught up.",
-		"Escalations to people: requests routed escalate (offered to a tier). Auto: approved by a conditional rule or the matrix; cached: approved by the learned decision cache.",
+		"Escalations to people: requests routed escalate (offered to a tier). Auto: approved by a conditional rule or the matrix; cached: approved by the learned decision cache. Without learning, the first pass's cached ones would have gone to people too: that sum is the cut's baseline.",
 		"Inside the escalator: heed_escalation_decide_seconds from heed up --metrics-listen (one decide step, routing included, without the log), read before and after the paced load; the figure is the upper bound of the bucket holding the 99th percentile.",
 		fmt.Sprintf("End to end: %d requests/s for %s from generate(seed 15), each on its own schedule slot, request → reply of heed.cmd.escalation.request (the reply comes after the routed event is stored); the held ones stay held.", targetEscRate, escLatencyDuration),
 		"Held: risk 0.5 requests (tier 1) over 1,000 sessions, nobody answering; RSS of heed up (services and embedded nats-server) after the consumers caught up and 2 s, and at rest after 20 s (heed gives memory back after 12 s without work).",
