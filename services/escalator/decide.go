@@ -362,7 +362,7 @@ func OfferConfirmation(rs *Rules, st *command.EscalationState, o *events.Escalat
 	}
 	data := events.ConfirmRequestedData{Title: truncate(title, 200), Message: b.String(), Options: opts, Default: dflt, TimeoutS: o.TimeoutS,
 		Requester: Source, RunID: req.RunID, Approvers: o.Members, Quorum: o.Quorum,
-		Context: map[string]any{"escalation_id": st.ID, "session": req.Session, "operation": req.Operation, "scope": req.Scope, "risk": r.Risk, "tier": o.Tier}}
+		Context: map[string]any{"escalation_id": st.ID, "session": req.Session, "operation": req.Operation, "scope": req.Scope, "environment": req.Environment, "risk": r.Risk, "tier": o.Tier}}
 	return events.NewEvent(events.ConfirmRequested, o.ConfirmID, o.ConfirmID+"/requested", Source, data)
 }
 

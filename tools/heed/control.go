@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heedhq/heed/tools/bridge"
+
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
@@ -403,13 +405,8 @@ func noTerminal(args []string) error {
 }
 
 // mayAnswer reports whether who is among a confirmation's approvers (any
-// one may answer when it names none).
-func mayAnswer(st *confirmation.State, who string) bool {
-	if st == nil || st.Request == nil || len(st.Request.Approvers) == 0 {
-		return true
-	}
-	return slices.Contains(st.Request.Approvers, who)
-}
+// one may answer when it names none): the rule every channel applies.
+func mayAnswer(st *confirmation.State, who string) bool { return bridge.MayAnswer(st, who) }
 
 // nextPending returns the oldest confirmation waiting for an answer that
 // who may give, or waits for the next request. A confirmation that names

@@ -1,0 +1,142 @@
+package bridge_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	heedclient "github.com/heedhq/heed/client"
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/heedhq/heed/lib/service/servicetest"
+	"github.com/heedhq/heed/services/confirm"
+	"github.com/heedhq/heed/services/indexer"
+	"github.com/heedhq/heed/tools/bridge"
+)
+
+// start runs the confirm router and the indexer (what a bridge needs of
+// heed) on a real server and returns a client.
+func start(t *testing.T) *heedclient.Client {
+	t.Helper()
+	env := eventstest.Start(t)
+	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
+		return confirm.Run(ctx, rt, confirm.Config{})
+	})
+	servicetest.Start(t, env, "indexer", indexer.Run)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := heedclient.Connect(ctx, env.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func ask(t *testing.T, c *heedclient.Client, d events.ConfirmRequestedData) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d.Options == nil {
+		d.Options = []events.Option{{Label: "Approve", Value: "proceed"}, {Label: "Reject", Value: "cancel"}}
+	}
+	if d.Requester == "" {
+		d.Requester = "test"
+	}
+	rep, err := c.RequestConfirmation(ctx, command.RequestConfirmation{ConfirmRequestedData: d})
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	return rep.ID
+}
+
+func next(t *testing.T, ch <-chan bridge.Update) bridge.Update {
+	t.Helper()
+	select {
+	case u, ok := <-ch:
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return u
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update within 10 s")
+	}
+	return bridge.Update{}
+}
+
+// TestWatchOffersWhatThePersonMayAnswer: a request another person must
+// answer is not offered, a route by skill filters, an open request from
+// before the watch is offered first, an answer elsewhere closes the offer
+// with who answered and where, and a second answer learns who won.
+func TestWatchOffersWhatThePersonMayAnswer(t *testing.T) {
+	c := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before := ask(t, c, events.ConfirmRequestedData{Message: "asked before the watch", TimeoutS: 600, Skill: "deploy"})
+	ch, err := bridge.Watch(ctx, c, "alice", bridge.Routing{Routes: []bridge.Route{{Skills: []string{"dep*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := next(t, ch)
+	if u.Offer.ID != before || u.Closed {
+		t.Fatalf("first update %+v, want the open request %s", u, before)
+	}
+	if u.Offer.Deadline.IsZero() || time.Until(u.Offer.Deadline) < 9*time.Minute {
+		t.Fatalf("deadline %v: want about 10 minutes from now (the router's schedule)", u.Offer.Deadline)
+	}
+	_ = ask(t, c, events.ConfirmRequestedData{Message: "for bob only", Skill: "deploy", Approvers: []string{"bob"}})
+	_ = ask(t, c, events.ConfirmRequestedData{Message: "another skill", Skill: "backup"})
+	mine := ask(t, c, events.ConfirmRequestedData{Message: "for alice", Skill: "deploy", Approvers: []string{"alice", "carol"}})
+	u = next(t, ch)
+	if u.Offer.ID != mine || u.Closed {
+		t.Fatalf("update %+v, want the offer %s (bob's and the other skill's passed by)", u, mine)
+	}
+	if u.Offer.Message != "for alice" || len(u.Offer.Options) != 2 || u.Offer.Default == "" {
+		t.Fatalf("offer %+v", u.Offer)
+	}
+	// carol answers from somewhere else: alice's offer closes, saying so.
+	if _, err := bridge.Answer(ctx, c, mine, "proceed", "carol", "slack", ""); err != nil {
+		t.Fatal(err)
+	}
+	u = next(t, ch)
+	if u.Offer.ID != mine || !u.Closed || u.Winner == nil || u.Winner.By != "carol" || u.Winner.Channel != "slack" {
+		t.Fatalf("update %+v (winner %+v), want %s closed by carol via slack", u, u.Winner, mine)
+	}
+	if got, want := u.Winner.Describe(u.Offer), "Approve by carol via slack"; got != want {
+		t.Fatalf("describe %q, want %q", got, want)
+	}
+	// alice clicks too late.
+	_, err = bridge.Answer(ctx, c, mine, "cancel", "alice", "desktop", "")
+	a, ok := bridge.IsAnswered(err)
+	if !ok || a.Winner.By != "carol" {
+		t.Fatalf("late answer: %v, want already answered by carol", err)
+	}
+}
+
+func TestRouteMatches(t *testing.T) {
+	risk := 0.8
+	esc := bridge.Offer{Skill: "", EscalationID: "e1", Tier: "tier2", Environment: "prod", Risk: &risk}
+	run := bridge.Offer{Skill: "deploy_web"}
+	cases := []struct {
+		route     bridge.Route
+		esc, runs bool
+	}{
+		{bridge.Route{}, true, true},
+		{bridge.Route{Skills: []string{"deploy_*"}}, false, true},
+		{bridge.Route{Tiers: []string{"tier2"}}, true, false},
+		{bridge.Route{Tiers: []string{"top"}}, false, false},
+		{bridge.Route{Environments: []string{"prod"}}, true, false},
+		{bridge.Route{Escalations: "only"}, true, false},
+		{bridge.Route{Escalations: "none"}, false, true},
+	}
+	for _, c := range cases {
+		if got := c.route.Matches(esc); got != c.esc {
+			t.Errorf("%+v on an escalation offer: %v, want %v", c.route, got, c.esc)
+		}
+		if got := c.route.Matches(run); got != c.runs {
+			t.Errorf("%+v on a run's offer: %v, want %v", c.route, got, c.runs)
+		}
+	}
+}
