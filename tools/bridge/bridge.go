@@ -6,13 +6,18 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
@@ -48,6 +53,9 @@ type Offer struct {
 	Environment  string   `json:"environment,omitempty"`
 	Risk         *float64 `json:"risk,omitempty"`
 	Tier         string   `json:"tier,omitempty"`
+	// Dialog: the request asks to be shown as a dialog that stays until
+	// answered (its context has "dialog": true), not a notification.
+	Dialog bool `json:"dialog,omitempty"`
 }
 
 // NewOffer reads an offer from a confirmation's state.
@@ -82,6 +90,7 @@ func NewOffer(st *confirmation.State) Offer {
 	if r, ok := ctx["risk"].(float64); ok {
 		o.Risk = &r
 	}
+	o.Dialog, _ = ctx["dialog"].(bool)
 	return o
 }
 
@@ -324,4 +333,33 @@ func IsAnswered(err error) (*ErrAnswered, bool) {
 	var a *ErrAnswered
 	ok := errors.As(err, &a)
 	return a, ok
+}
+
+// ReadRouting reads a routing file (YAML: routes with skills, tiers,
+// environments, escalations); unknown keys are an error, so a misspelt
+// one does not silently widen what a person is sent.
+func ReadRouting(file string) (Routing, error) {
+	var r Routing
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return r, events.Errorf(events.CodeInvalidRequest, "routing file: %v", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) {
+		return r, events.Errorf(events.CodeInvalidRequest, "routing file %s: %v", file, err)
+	}
+	for i, rt := range r.Routes {
+		switch rt.Escalations {
+		case "", "only", "none":
+		default:
+			return r, events.Errorf(events.CodeInvalidRequest, "routing file %s: route %d: escalations %q: use only or none", file, i+1, rt.Escalations)
+		}
+		for _, p := range rt.Skills {
+			if _, err := path.Match(p, ""); err != nil {
+				return r, events.Errorf(events.CodeInvalidRequest, "routing file %s: route %d: skill pattern %q: %v", file, i+1, p, err)
+			}
+		}
+	}
+	return r, nil
 }

@@ -14,6 +14,18 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 # per-command time limit uses pgrep.
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v pgrep >/dev/null 2>&1 || need+=(procps)
+# The desktop bridge's tests (tools/bridge/desktop): a real X server, a
+# session bus, the dunst notification daemon, notify-send, Zenity, xdotool
+# to answer, ImageMagick's import for the screenshots, gdbus to ask the
+# daemon what it can show.
+command -v Xvfb >/dev/null 2>&1 || need+=(xvfb)
+command -v dbus-daemon >/dev/null 2>&1 || need+=(dbus)
+command -v dunst >/dev/null 2>&1 || need+=(dunst)
+command -v notify-send >/dev/null 2>&1 || need+=(libnotify-bin)
+command -v zenity >/dev/null 2>&1 || need+=(zenity)
+command -v xdotool >/dev/null 2>&1 || need+=(xdotool)
+command -v import >/dev/null 2>&1 || need+=(imagemagick)
+command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

@@ -172,6 +172,7 @@ failed steps and survive a crash of any process.
 		newFixesCmd(g),
 		newStatsCmd(g),
 		newPatternsCmd(g),
+		newDesktopCmd(g),
 		newVersionCmd(),
 		newDocsCmd(),
 	)
