@@ -205,72 +205,129 @@ const Settle = 150 * time.Millisecond
 // Watch delivers the requests identity may answer that routing takes:
 // every open one first (those that arrived while the channel was down
 // included), then each new one, and a Closed update when one is answered
-// anywhere or expires. The channel closes when ctx ends or the watch
-// fails.
+// anywhere or expires. A watch lost to a NATS restart or a network
+// outage is taken up again (every second, then less often, up to 10 s):
+// what was offered is not offered again, and what closed meanwhile is
+// reported closed. The channel closes when ctx ends.
 func Watch(ctx context.Context, c *heedclient.Client, identity string, routing Routing) (<-chan Update, error) {
 	pending, err := c.WatchPending(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make(chan Update, 64)
+	w := &watcher{c: c, identity: identity, routing: routing, out: out,
+		offered: map[string]Offer{}, held: map[string]*confirmation.State{}, since: map[string]time.Time{}}
 	go func() {
 		defer close(out)
-		offered := map[string]Offer{}
-		held := map[string]*confirmation.State{}
-		tick := time.NewTicker(Settle / 3)
-		defer tick.Stop()
-		since := map[string]time.Time{}
-		send := func(u Update) bool {
-			select {
-			case out <- u:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
 		for {
-			select {
-			case <-ctx.Done():
+			if !w.run(ctx, pending) {
 				return
-			case <-tick.C:
-				for id, st := range held {
-					if time.Since(since[id]) < Settle {
-						continue
-					}
-					delete(held, id)
-					delete(since, id)
-					o := NewOffer(st)
-					o.Deadline = deadline(ctx, c.JetStream(), id, o.Deadline)
-					offered[id] = o
-					if !send(Update{Offer: o}) {
-						return
-					}
-				}
-			case p, ok := <-pending:
-				if !ok {
+			}
+			// The watch is lost: take it up again.
+			wait := time.Second
+			for {
+				select {
+				case <-ctx.Done():
 					return
+				case <-time.After(wait):
 				}
-				if p.Closed {
-					delete(held, p.ID)
-					delete(since, p.ID)
-					o, was := offered[p.ID]
-					if !was {
-						continue
-					}
-					delete(offered, p.ID)
-					if !send(Update{Offer: o, Closed: true, Winner: winnerOf(p.State)}) {
-						return
-					}
-					continue
+				if pending, err = c.WatchPending(ctx); err == nil {
+					break
 				}
-				if !MayAnswer(p.State, identity) || !routing.Matches(NewOffer(p.State)) {
-					continue
-				}
-				held[p.ID], since[p.ID] = p.State, time.Now()
+				wait = min(wait*2, 10*time.Second)
+			}
+			if !w.reconcile(ctx) {
+				return
 			}
 		}
 	}()
 	return out, nil
+}
+
+type watcher struct {
+	c        *heedclient.Client
+	identity string
+	routing  Routing
+	out      chan<- Update
+	offered  map[string]Offer
+	held     map[string]*confirmation.State
+	since    map[string]time.Time
+}
+
+func (w *watcher) send(ctx context.Context, u Update) bool {
+	select {
+	case w.out <- u:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// run follows one watch until it ends; false when ctx ended (or the
+// receiver is gone).
+func (w *watcher) run(ctx context.Context, pending <-chan heedclient.Pending) bool {
+	tick := time.NewTicker(Settle / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			for id, st := range w.held {
+				if time.Since(w.since[id]) < Settle {
+					continue
+				}
+				delete(w.held, id)
+				delete(w.since, id)
+				o := NewOffer(st)
+				o.Deadline = deadline(ctx, w.c.JetStream(), id, o.Deadline)
+				w.offered[id] = o
+				if !w.send(ctx, Update{Offer: o}) {
+					return false
+				}
+			}
+		case p, ok := <-pending:
+			if !ok {
+				return ctx.Err() == nil
+			}
+			if p.Closed {
+				delete(w.held, p.ID)
+				delete(w.since, p.ID)
+				o, was := w.offered[p.ID]
+				if !was {
+					continue
+				}
+				delete(w.offered, p.ID)
+				if !w.send(ctx, Update{Offer: o, Closed: true, Winner: winnerOf(p.State)}) {
+					return false
+				}
+				continue
+			}
+			if _, was := w.offered[p.ID]; was {
+				continue // offered before the watch was taken up again
+			}
+			if !MayAnswer(p.State, w.identity) || !w.routing.Matches(NewOffer(p.State)) {
+				continue
+			}
+			w.held[p.ID], w.since[p.ID] = p.State, time.Now()
+		}
+	}
+}
+
+// reconcile reports closed what was offered and closed while the watch
+// was lost.
+func (w *watcher) reconcile(ctx context.Context) bool {
+	for id, o := range w.offered {
+		st, err := w.c.Confirmation(ctx, id)
+		if err != nil || st.Open() {
+			continue
+		}
+		delete(w.offered, id)
+		if !w.send(ctx, Update{Offer: o, Closed: true, Winner: winnerOf(st)}) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
 
 func winnerOf(st *confirmation.State) *Winner {

@@ -2,8 +2,12 @@ package bridge_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/heedhq/heed/lib/embedded"
+	"github.com/nats-io/nats.go"
 
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
@@ -139,4 +143,108 @@ func TestRouteMatches(t *testing.T) {
 			t.Errorf("%+v on a run's offer: %v, want %v", c.route, got, c.runs)
 		}
 	}
+}
+
+// TestWatchSurvivesANATSRestart: the server restarts under the watch; a
+// request answered while the watch was down is reported closed, one asked
+// after the restart is offered, and nothing is offered twice.
+func TestWatchSurvivesANATSRestart(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	startServer := func() *embedded.Server {
+		s, err := embedded.Start(embedded.Config{DataDir: dir, Listen: listen, Logger: eventstest.Logger(t)})
+		if err != nil {
+			t.Fatalf("start nats-server: %v", err)
+		}
+		return s
+	}
+	srv := startServer()
+	t.Cleanup(func() { srv.Stop() })
+	env := &eventstest.Env{Server: srv, Dir: dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	{
+		nc, err := nats.Connect(srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		bus, err := events.NewBus(nc, codec(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := events.Provision(ctx, bus.JetStream(), events.DefaultTopology()); err != nil {
+			t.Fatal(err)
+		}
+		nc.Close()
+	}
+	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
+		return confirm.Run(ctx, rt, confirm.Config{})
+	})
+	servicetest.Start(t, env, "indexer", indexer.Run)
+	c, err := heedclient.Connect(ctx, srv.URL(), heedclient.NATSOptions{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	other, err := heedclient.Connect(ctx, srv.URL(), heedclient.NATSOptions{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+
+	first := ask(t, c, events.ConfirmRequestedData{Message: "before the restart", TimeoutS: 600})
+	ch, err := bridge.Watch(ctx, c, "alice", bridge.Routing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := next(t, ch); u.Offer.ID != first || u.Closed {
+		t.Fatalf("update %+v, want the offer %s", u, first)
+	}
+	srv.Stop()
+	srv = startServer()
+	// Answered as soon as the server is back, before the watch is taken up.
+	eventstest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		_, err := other.Answer(ctx, command.AnswerConfirmation{ID: first, Choice: "proceed", By: "carol", Channel: "cli"})
+		return err
+	})
+	second := ask(t, other, events.ConfirmRequestedData{Message: "after the restart", TimeoutS: 600})
+	seen := map[string]int{}
+	var closedFirst, offeredSecond bool
+	deadline := time.After(40 * time.Second)
+	for !closedFirst || !offeredSecond {
+		select {
+		case u, ok := <-ch:
+			if !ok {
+				t.Fatal("the watch ended")
+			}
+			switch {
+			case u.Closed && u.Offer.ID == first:
+				if u.Winner == nil || u.Winner.By != "carol" {
+					t.Fatalf("closed %s with winner %+v, want carol", first, u.Winner)
+				}
+				closedFirst = true
+			case !u.Closed:
+				seen[u.Offer.ID]++
+				if seen[u.Offer.ID] > 1 || u.Offer.ID == first {
+					t.Fatalf("offered %s again after the restart", u.Offer.ID)
+				}
+				offeredSecond = offeredSecond || u.Offer.ID == second
+			}
+		case <-deadline:
+			t.Fatalf("after the restart: first closed %v, second offered %v", closedFirst, offeredSecond)
+		}
+	}
+}
+
+func codec(t *testing.T) *events.Codec {
+	v, err := events.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.NewCodec(v)
 }

@@ -11,8 +11,8 @@ import (
 // as every channel uses it.
 type client struct{ *heedclient.Client }
 
-func (g *globals) connect(ctx context.Context) (*client, error) {
-	c, err := heedclient.Connect(ctx, g.natsURL, heedclient.Name("heed-cli"), heedclient.Source("heed/cli"))
+func (g *globals) connect(ctx context.Context, opts ...heedclient.Option) (*client, error) {
+	c, err := heedclient.Connect(ctx, g.natsURL, append([]heedclient.Option{heedclient.Name("heed-cli"), heedclient.Source("heed/cli")}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
+
+	heedclient "github.com/heedhq/heed/client"
+	"github.com/nats-io/nats.go"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/service"
@@ -52,7 +56,9 @@ which requests come here (docs/BRIDGES.md).`,
 			if err != nil {
 				return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: err.Error()}
 			}
-			c, err := g.connect(cmd.Context())
+			// A bridge outlives NATS restarts: reconnect for as long as
+			// it runs (the watch is taken up again after a reconnect).
+			c, err := g.connect(cmd.Context(), heedclient.NATSOptions{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)})
 			if err != nil {
 				return err
 			}
