@@ -94,10 +94,14 @@ func NewOffer(st *confirmation.State) Offer {
 	return o
 }
 
+// AnyIdentity watches for every person (a shared channel such as a chat
+// room, where each click is judged by its clicker's identity).
+const AnyIdentity = "*"
+
 // MayAnswer reports whether who may answer a confirmation: anyone when it
-// names no approvers, else one of them.
+// names no approvers, else one of them (AnyIdentity: anyone).
 func MayAnswer(st *confirmation.State, who string) bool {
-	if st == nil || st.Request == nil || len(st.Request.Approvers) == 0 {
+	if who == AnyIdentity || st == nil || st.Request == nil || len(st.Request.Approvers) == 0 {
 		return true
 	}
 	return slices.Contains(st.Request.Approvers, who)
@@ -298,7 +302,7 @@ func (w *watcher) run(ctx context.Context, pending <-chan heedclient.Pending) bo
 					continue
 				}
 				delete(w.offered, p.ID)
-				if !w.send(ctx, Update{Offer: o, Closed: true, Winner: winnerOf(p.State)}) {
+				if !w.send(ctx, Update{Offer: o, Closed: true, Winner: WinnerOf(p.State)}) {
 					return false
 				}
 				continue
@@ -323,14 +327,16 @@ func (w *watcher) reconcile(ctx context.Context) bool {
 			continue
 		}
 		delete(w.offered, id)
-		if !w.send(ctx, Update{Offer: o, Closed: true, Winner: winnerOf(st)}) {
+		if !w.send(ctx, Update{Offer: o, Closed: true, Winner: WinnerOf(st)}) {
 			return false
 		}
 	}
 	return ctx.Err() == nil
 }
 
-func winnerOf(st *confirmation.State) *Winner {
+// WinnerOf is the answer that closed a confirmation (method "unknown"
+// when the state does not say).
+func WinnerOf(st *confirmation.State) *Winner {
 	if st == nil || st.Answer == nil {
 		return &Winner{Method: "unknown"}
 	}
@@ -381,7 +387,7 @@ func Answer(ctx context.Context, c *heedclient.Client, id, choice, identity, cha
 	if lerr != nil || st.Answer == nil {
 		return rep, err
 	}
-	w := winnerOf(st)
+	w := WinnerOf(st)
 	return rep, &ErrAnswered{Winner: *w, Msg: "already answered: " + w.Describe(NewOffer(st))}
 }
 

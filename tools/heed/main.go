@@ -173,6 +173,7 @@ failed steps and survive a crash of any process.
 		newStatsCmd(g),
 		newPatternsCmd(g),
 		newDesktopCmd(g),
+		newChatCmd(g),
 		newVersionCmd(),
 		newDocsCmd(),
 	)
