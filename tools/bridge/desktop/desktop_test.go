@@ -1,13 +1,10 @@
 package desktop_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,113 +19,8 @@ import (
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/tools/bridge/desktop"
+	"github.com/heedhq/heed/tools/bridge/internal/desktoptest"
 )
-
-// The desktop tests run a real X server (Xvfb), a private session bus and
-// the dunst notification daemon: tools/ci/deps.sh installs them (Debian:
-// xvfb dbus-x11 dunst libnotify-bin zenity xdotool imagemagick
-// libglib2.0-bin). Screenshots go to $HEED_ARTIFACTS/desktop (default:
-// artifacts/desktop at the repository's root, ignored by git).
-
-var desktopTools = []string{"Xvfb", "dbus-daemon", "dunst", "dunstctl", "notify-send", "zenity", "xdotool", "import", "gdbus"}
-
-type session struct {
-	display, bus string
-	dir          string
-}
-
-// startSession starts Xvfb on a free display, a session bus and dunst,
-// whose context menu (dmenu) is a script choosing the line with pick.
-func startSession(t *testing.T, pick string) *session {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("the desktop session takes seconds; not under -short")
-	}
-	for _, b := range desktopTools {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Fatalf("%s is not installed: run tools/ci/deps.sh (make test does) to install the desktop test's Debian packages", b)
-		}
-	}
-	s := &session{dir: t.TempDir()}
-	n := 0
-	for n = 91; n < 140; n++ {
-		if _, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n)); os.IsNotExist(err) {
-			if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); os.IsNotExist(err) {
-				break
-			}
-		}
-	}
-	s.display = fmt.Sprintf(":%d", n)
-	background(t, exec.Command("Xvfb", s.display, "-screen", "0", "1024x768x24", "-nolisten", "tcp"))
-	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		_, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n))
-		return err
-	})
-	bus := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=1")
-	out, err := bus.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	background(t, bus)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("session bus address: %v", err)
-	}
-	s.bus = strings.TrimSpace(line)
-	t.Setenv("DISPLAY", s.display)
-	t.Setenv("DBUS_SESSION_BUS_ADDRESS", s.bus)
-	t.Setenv("WAYLAND_DISPLAY", "")
-	menu := filepath.Join(s.dir, "menu.sh")
-	script := "#!/bin/sh\n# dunst's context menu: choose the action whose line names " + pick + "\ntee " + filepath.Join(s.dir, "menu.txt") + " | grep -m1 '" + pick + "'\n"
-	if err := os.WriteFile(menu, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rc := filepath.Join(s.dir, "dunstrc")
-	conf := "[global]\n    dmenu = " + menu + "\n    font = Monospace 10\n    width = 500\n    origin = top-right\n    offset = 10x10\n"
-	if err := os.WriteFile(rc, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	background(t, exec.Command("dunst", "-config", rc))
-	eventstest.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
-		return exec.Command("dunstctl", "is-paused").Run()
-	})
-	return s
-}
-
-// background starts cmd and kills it when the test ends.
-func background(t *testing.T, cmd *exec.Cmd) {
-	t.Helper()
-	cmd.Env = os.Environ()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd.Path, err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-}
-
-func artifacts(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("HEED_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "artifacts")
-	}
-	dir = filepath.Join(dir, "desktop")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func screenshot(t *testing.T, name string) {
-	t.Helper()
-	p := filepath.Join(artifacts(t), name)
-	if out, err := exec.Command("import", "-window", "root", p).CombinedOutput(); err != nil {
-		t.Fatalf("screenshot: %v: %s", err, out)
-	}
-	if fi, err := os.Stat(p); err != nil || fi.Size() < 1000 {
-		t.Fatalf("screenshot %s: %v", p, err)
-	}
-	t.Logf("screenshot: %s", p)
-}
 
 // startHeed runs the runner, the confirm router and the indexer on a real
 // server and returns a client.
@@ -215,7 +107,7 @@ func runAndAnswer(t *testing.T, c *heedclient.Client, cfg desktop.Config, answer
 // context menu (dunstctl context), the run resumes with alice's answer
 // from the desktop.
 func TestDesktopNotificationAnswersTheRun(t *testing.T) {
-	startSession(t, "Approve")
+	desktoptest.Start(t, "Approve")
 	c := startHeed(t)
 	runAndAnswer(t, c, desktop.Config{Identity: "alice"}, func(ctx context.Context) {
 		eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
@@ -225,7 +117,7 @@ func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 			}
 			return nil
 		})
-		screenshot(t, "notification.png")
+		desktoptest.Screenshot(t, "notification.png")
 		if out, err := exec.Command("dunstctl", "context").CombinedOutput(); err != nil {
 			t.Fatalf("dunstctl context: %v: %s", err, out)
 		}
@@ -236,7 +128,7 @@ func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 // list; the person selects Approve with the keyboard (xdotool) and the run
 // resumes.
 func TestDesktopDialogAnswersTheRun(t *testing.T) {
-	startSession(t, "Approve")
+	desktoptest.Start(t, "Approve")
 	c := startHeed(t)
 	runAndAnswer(t, c, desktop.Config{Identity: "alice", Dialog: true}, func(ctx context.Context) {
 		var win string
@@ -249,7 +141,7 @@ func TestDesktopDialogAnswersTheRun(t *testing.T) {
 			return nil
 		})
 		time.Sleep(500 * time.Millisecond) // let it draw before the screenshot
-		screenshot(t, "dialog.png")
+		desktoptest.Screenshot(t, "dialog.png")
 		// Keyboard focus on the dialog (no window manager here to give
 		// it); the list has the focus: its first row (Approve), Enter.
 		if out, err := exec.Command("xdotool", "windowfocus", "--sync", win).CombinedOutput(); err != nil {
@@ -276,7 +168,7 @@ func TestDesktopWithoutDisplay(t *testing.T) {
 // Slack while alice's notification is up: the notification is replaced by
 // who answered (its buttons gone), and the run goes on carol's answer.
 func TestDesktopNotificationClosedByAnAnswerElsewhere(t *testing.T) {
-	startSession(t, "Approve")
+	desktoptest.Start(t, "Approve")
 	c := startHeed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

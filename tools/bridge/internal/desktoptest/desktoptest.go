@@ -1,0 +1,143 @@
+// Package desktoptest starts a desktop session for tests: a real X
+// server (Xvfb), a private session bus and the dunst notification daemon.
+package desktoptest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/lib/eventstest"
+)
+
+// The desktop tests run a real X server (Xvfb), a private session bus and
+// the dunst notification daemon: tools/ci/deps.sh installs them (Debian:
+// xvfb dbus-x11 dunst libnotify-bin zenity xdotool imagemagick
+// libglib2.0-bin). Screenshots go to $HEED_ARTIFACTS/desktop (default:
+// artifacts/desktop at the repository's root, ignored by git).
+
+var desktopTools = []string{"Xvfb", "dbus-daemon", "dunst", "dunstctl", "notify-send", "zenity", "xdotool", "import", "gdbus"}
+
+// Session is a running desktop session.
+type Session struct {
+	display, bus string
+	dir          string
+}
+
+// Start starts Xvfb on a free display, a session bus and dunst,
+// whose context menu (dmenu) is a script choosing the line with pick.
+func Start(t *testing.T, pick string) *Session {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the desktop session takes seconds; not under -short")
+	}
+	for _, b := range desktopTools {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Fatalf("%s is not installed: run tools/ci/deps.sh (make test does) to install the desktop test's Debian packages", b)
+		}
+	}
+	s := &Session{dir: t.TempDir()}
+	n := 0
+	for n = 91; n < 140; n++ {
+		if _, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n)); os.IsNotExist(err) {
+			if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); os.IsNotExist(err) {
+				break
+			}
+		}
+	}
+	s.display = fmt.Sprintf(":%d", n)
+	background(t, exec.Command("Xvfb", s.display, "-screen", "0", "1024x768x24", "-nolisten", "tcp"))
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		_, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n))
+		return err
+	})
+	bus := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=1")
+	out, err := bus.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	background(t, bus)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("session bus address: %v", err)
+	}
+	s.bus = strings.TrimSpace(line)
+	t.Setenv("DISPLAY", s.display)
+	t.Setenv("DBUS_SESSION_BUS_ADDRESS", s.bus)
+	t.Setenv("WAYLAND_DISPLAY", "")
+	menu := filepath.Join(s.dir, "menu.sh")
+	script := "#!/bin/sh\n# dunst's context menu: choose the action whose line names " + pick + "\ntee " + filepath.Join(s.dir, "menu.txt") + " | grep -m1 '" + pick + "'\n"
+	if err := os.WriteFile(menu, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rc := filepath.Join(s.dir, "dunstrc")
+	conf := "[global]\n    dmenu = " + menu + "\n    font = Monospace 10\n    width = 500\n    origin = top-right\n    offset = 10x10\n"
+	if err := os.WriteFile(rc, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	background(t, exec.Command("dunst", "-config", rc))
+	eventstest.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		return exec.Command("dunstctl", "is-paused").Run()
+	})
+	return s
+}
+
+// background starts cmd and kills it when the test ends.
+func background(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// Artifacts is where screenshots go: $HEED_ARTIFACTS/desktop, default
+// artifacts/desktop at the repository root.
+func Artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("HEED_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(), "artifacts")
+	}
+	dir = filepath.Join(dir, "desktop")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Screenshot saves the screen as name under Artifacts.
+func Screenshot(t *testing.T, name string) {
+	t.Helper()
+	p := filepath.Join(Artifacts(t), name)
+	if out, err := exec.Command("import", "-window", "root", p).CombinedOutput(); err != nil {
+		t.Fatalf("screenshot: %v: %s", err, out)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Size() < 1000 {
+		t.Fatalf("screenshot %s: %v", p, err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// repoRoot is the directory holding go.work, from the test's directory up.
+func repoRoot() string {
+	dir, _ := os.Getwd()
+	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d
+		}
+	}
+	return dir
+}
+
+// Displayed is how many notifications dunst shows.
+func Displayed() (string, error) {
+	out, err := exec.Command("dunstctl", "count", "displayed").Output()
+	return strings.TrimSpace(string(out)), err
+}
