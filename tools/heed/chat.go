@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	heedclient "github.com/heedhq/heed/client"
@@ -23,13 +24,15 @@ func newChatCmd(g *globals) *cobra.Command {
 	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "chat CONFIG",
-		Short: "Post pending requests to Slack and take the answers from its buttons",
+		Short: "Post pending requests to Slack or Mattermost and take the answers from their buttons",
 		Long: `heed chat posts each pending confirmation or escalation its routes take to a
 Slack channel (Block Kit: title, message, skill, step, run, risk, tier,
-deadline, one button per option), takes the clicks at its HTTP endpoint
-(POST /slack/actions on the config's listen address; verified with the
-signing secret, at most 5 minutes old), maps the Slack user to a heed
-identity (the config's users) and sends the answer with channel slack.
+deadline, one button per option) and/or a Mattermost channel (interactive
+message attachments), takes the clicks at its HTTP endpoint (POST
+/slack/actions, verified with the signing secret, at most 5 minutes old;
+POST /mattermost/actions, verified by each button's signed token), maps
+the chat user to a heed identity (the config's users) and sends the
+answer with channel slack or mattermost.
 The message is updated in place with the outcome whichever channel
 answered. Requests already posted (found in the channel's history) are
 not posted again after a restart. docs/BRIDGES.md has the config.`,
@@ -44,13 +47,51 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 			if err != nil {
 				return &exitError{status: exitUsage, code: events.CodeOf(err), msg: events.Message(err)}
 			}
-			token, err := chat.Secret(cfg.Slack.TokenEnv, cfg.Slack.TokenFile)
-			if err != nil {
-				return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: "slack token: " + events.Message(err)}
+			secret := func(what, env, file string) (string, error) {
+				v, err := chat.Secret(env, file)
+				if err != nil {
+					return "", &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: what + ": " + events.Message(err)}
+				}
+				return v, nil
 			}
-			signing, err := chat.Secret(cfg.Slack.SigningSecretEnv, cfg.Slack.SigningSecretFile)
-			if err != nil {
-				return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: "slack signing secret: " + events.Message(err)}
+			log := service.NewLogger(os.Stderr, logLevel)
+			routing := bridge.Routing{Routes: cfg.Routes}
+			mux := http.NewServeMux()
+			// Each chat runs on the one connection, made once the config
+			// and its secrets are known to be good.
+			var runs []func(context.Context, *heedclient.Client) error
+			var where []string
+			if sc := cfg.Slack; sc != nil {
+				token, err := secret("slack token", sc.TokenEnv, sc.TokenFile)
+				if err != nil {
+					return err
+				}
+				signing, err := secret("slack signing secret", sc.SigningSecretEnv, sc.SigningSecretFile)
+				if err != nil {
+					return err
+				}
+				var opts []slack.Option
+				if sc.APIURL != "" {
+					opts = append(opts, slack.OptionAPIURL(sc.APIURL))
+				}
+				s := &chat.Slack{API: slack.New(token, opts...), Channel: sc.Channel, SigningSecret: signing, Users: cfg.Users, Routing: routing, Log: log}
+				mux.Handle("POST /slack/actions", s)
+				runs = append(runs, func(ctx context.Context, c *heedclient.Client) error { s.Client = c; return s.Run(ctx) })
+				where = append(where, "Slack channel "+sc.Channel+" (clicks: /slack/actions)")
+			}
+			if mc := cfg.Mattermost; mc != nil {
+				token, err := secret("mattermost token", mc.TokenEnv, mc.TokenFile)
+				if err != nil {
+					return err
+				}
+				key, err := secret("mattermost button key", mc.ButtonKeyEnv, mc.ButtonKeyFile)
+				if err != nil {
+					return err
+				}
+				m := &chat.Mattermost{URL: mc.URL, Token: token, ChannelID: mc.ChannelID, CallbackURL: mc.CallbackURL, Key: []byte(key), Users: cfg.Users, Routing: routing, Log: log}
+				mux.Handle("POST /mattermost/actions", m)
+				runs = append(runs, func(ctx context.Context, c *heedclient.Client) error { m.Client = c; return m.Run(ctx) })
+				where = append(where, "Mattermost channel "+mc.ChannelID+" (clicks: /mattermost/actions)")
 			}
 			ln, err := net.Listen("tcp", cfg.Listen)
 			if err != nil {
@@ -62,15 +103,6 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 				return err
 			}
 			defer c.Close()
-			var opts []slack.Option
-			if cfg.Slack.APIURL != "" {
-				opts = append(opts, slack.OptionAPIURL(cfg.Slack.APIURL))
-			}
-			log := service.NewLogger(os.Stderr, logLevel)
-			b := &chat.Slack{Client: c.Client, API: slack.New(token, opts...), Channel: cfg.Slack.Channel, SigningSecret: signing,
-				Users: cfg.Users, Routing: bridge.Routing{Routes: cfg.Routes}, Log: log}
-			mux := http.NewServeMux()
-			mux.Handle("POST /slack/actions", b)
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Serve(ln) }()
 			defer func() {
@@ -78,8 +110,18 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()
-			fmt.Fprintf(cmd.ErrOrStderr(), "heed chat: posting to Slack channel %s, clicks at http://%s/slack/actions (Ctrl-C to stop)\n", cfg.Slack.Channel, ln.Addr())
-			err = b.Run(cmd.Context())
+			fmt.Fprintf(cmd.ErrOrStderr(), "heed chat: posting to %s, listening on http://%s (Ctrl-C to stop)\n", strings.Join(where, " and "), ln.Addr())
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			errs := make(chan error, len(runs))
+			for _, run := range runs {
+				go func() { errs <- run(ctx, c.Client) }()
+			}
+			err = <-errs
+			cancel()
+			for range len(runs) - 1 {
+				<-errs
+			}
 			if errors.Is(err, context.Canceled) || cmd.Context().Err() != nil {
 				return nil
 			}
