@@ -363,6 +363,19 @@ func OfferConfirmation(rs *Rules, st *command.EscalationState, o *events.Escalat
 	data := events.ConfirmRequestedData{Title: truncate(title, 200), Message: b.String(), Options: opts, Default: dflt, TimeoutS: o.TimeoutS,
 		Requester: Source, RunID: req.RunID, Approvers: o.Members, Quorum: o.Quorum,
 		Context: map[string]any{"escalation_id": st.ID, "session": req.Session, "operation": req.Operation, "scope": req.Scope, "environment": req.Environment, "risk": r.Risk, "tier": o.Tier}}
+	// The channels each member uses (the tier's config): a bridge offers
+	// the question to a member only on those.
+	if o.TierIndex < len(rs.Tiers) {
+		channels := map[string]any{}
+		for _, m := range rs.Tiers[o.TierIndex].Members {
+			if len(m.Channels) > 0 && slices.Contains(o.Members, m.ID) {
+				channels[m.ID] = m.Channels
+			}
+		}
+		if len(channels) > 0 {
+			data.Context["channels"] = channels
+		}
+	}
 	return events.NewEvent(events.ConfirmRequested, o.ConfirmID, o.ConfirmID+"/requested", Source, data)
 }
 

@@ -56,6 +56,17 @@ type Offer struct {
 	// Dialog: the request asks to be shown as a dialog that stays until
 	// answered (its context has "dialog": true), not a notification.
 	Dialog bool `json:"dialog,omitempty"`
+	// Channels are, for an escalation offer, the channels each tier
+	// member uses (the escalator's config); a member with none listed is
+	// reachable on any.
+	Channels map[string][]string `json:"channels,omitempty"`
+}
+
+// OnChannel reports whether the offer may be shown to who on channel:
+// always, unless the tier lists who's channels without this one.
+func (o Offer) OnChannel(who, channel string) bool {
+	list := o.Channels[who]
+	return len(list) == 0 || channel == "" || slices.Contains(list, channel)
 }
 
 // NewOffer reads an offer from a confirmation's state.
@@ -91,6 +102,17 @@ func NewOffer(st *confirmation.State) Offer {
 		o.Risk = &r
 	}
 	o.Dialog, _ = ctx["dialog"].(bool)
+	if chans, ok := ctx["channels"].(map[string]any); ok {
+		o.Channels = map[string][]string{}
+		for who, v := range chans {
+			list, _ := v.([]any)
+			for _, c := range list {
+				if name, ok := c.(string); ok {
+					o.Channels[who] = append(o.Channels[who], name)
+				}
+			}
+		}
+	}
 	return o
 }
 
@@ -146,6 +168,10 @@ func (r Route) Matches(o Offer) bool {
 // every request the identity may answer).
 type Routing struct {
 	Routes []Route `yaml:"routes,omitempty" json:"routes,omitempty"`
+	// Channel is the bridge's channel name (set by the bridge, not the
+	// file): an escalation offer whose tier lists the person's channels
+	// without this one is not shown here.
+	Channel string `yaml:"-" json:"-"`
 }
 
 // Matches reports whether any route takes the offer.
@@ -310,7 +336,10 @@ func (w *watcher) run(ctx context.Context, pending <-chan heedclient.Pending) bo
 			if _, was := w.offered[p.ID]; was {
 				continue // offered before the watch was taken up again
 			}
-			if !MayAnswer(p.State, w.identity) || !w.routing.Matches(NewOffer(p.State)) {
+			if !MayAnswer(p.State, w.identity) {
+				continue
+			}
+			if o := NewOffer(p.State); !w.routing.Matches(o) || (w.identity != AnyIdentity && !o.OnChannel(w.identity, w.routing.Channel)) {
 				continue
 			}
 			w.held[p.ID], w.since[p.ID] = p.State, time.Now()

@@ -248,3 +248,30 @@ func codec(t *testing.T) *events.Codec {
 	}
 	return events.NewCodec(v)
 }
+
+// TestWatchKeepsToTheTiersChannels: an escalation offer whose tier lists
+// alice's channels without desktop is not offered on her desktop; one
+// listing desktop is.
+func TestWatchKeepsToTheTiersChannels(t *testing.T) {
+	c := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ch, err := bridge.Watch(ctx, c, "alice", bridge.Routing{Channel: "desktop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ask(t, c, events.ConfirmRequestedData{Message: "slack only", Approvers: []string{"alice"},
+		Context: map[string]any{"escalation_id": "e1", "tier": "tier1", "channels": map[string]any{"alice": []any{"slack", "terminal"}}}})
+	on := ask(t, c, events.ConfirmRequestedData{Message: "desktop too", Approvers: []string{"alice"},
+		Context: map[string]any{"escalation_id": "e2", "tier": "tier1", "channels": map[string]any{"alice": []any{"slack", "desktop"}}}})
+	u := next(t, ch)
+	if u.Offer.ID != on {
+		t.Fatalf("offered %s (%s), want %s: the other's tier keeps alice on slack and terminal", u.Offer.ID, u.Offer.Message, on)
+	}
+	if got := u.Offer.Channels["alice"]; len(got) != 2 || got[1] != "desktop" {
+		t.Fatalf("channels %v", u.Offer.Channels)
+	}
+	if !u.Offer.OnChannel("alice", "desktop") || u.Offer.OnChannel("alice", "terminal") || !u.Offer.OnChannel("bob", "terminal") {
+		t.Fatal("OnChannel: alice on desktop yes, on terminal no, bob (no list) anywhere")
+	}
+}

@@ -87,13 +87,14 @@ func (p *poster) run(ctx context.Context) error {
 }
 
 // mapped reports whether someone in the room may answer the offer: it
-// names no approvers, or one of them is a mapped user.
+// names no approvers, or one of them is a mapped user whose tier does not
+// keep them off this chat.
 func (p *poster) mapped(o bridge.Offer) bool {
 	if len(o.Approvers) == 0 {
 		return true
 	}
 	for _, who := range p.users {
-		if slices.Contains(o.Approvers, who) {
+		if slices.Contains(o.Approvers, who) && o.OnChannel(who, p.room.name()) {
 			return true
 		}
 	}

@@ -98,7 +98,8 @@ func (c *channel) find(id string) (*msg, int) {
 	n := 0
 	for _, m := range c.msgs {
 		if strings.Contains(string(m.Blocks), `"heed:`+id+`"`) || strings.Contains(string(m.Blocks), `"heed-done:`+id+`"`) {
-			found, n = m, n+1
+			cp := *m // a copy: chat.update changes the message under the lock
+			found, n = &cp, n+1
 		}
 	}
 	return found, n

@@ -129,7 +129,9 @@ func Run(ctx context.Context, c *heedclient.Client, cfg Config, b Backends) erro
 		return err
 	}
 	defer leave()
-	updates, err := bridge.Watch(ctx, c, cfg.Identity, cfg.Routing)
+	routing := cfg.Routing
+	routing.Channel = Channel
+	updates, err := bridge.Watch(ctx, c, cfg.Identity, routing)
 	if err != nil {
 		return err
 	}
