@@ -62,25 +62,7 @@ type engine struct {
 	// previous one, so a run whose next delivery was lost has been quiet,
 	// by the log's times, for no longer than since it was handled.
 	handled map[string]time.Time
-	// unanswered spaces the sweep's look for a waiting run's answer:
-	// each look that finds none puts the next one twice as far off (up to
-	// maxSweepWait). A durable consumer delivers every answer; the sweep
-	// is the net under it, and looking every SweepEvery for each of
-	// 10,000 runs waiting was a constant stream of reads at rest.
-	unanswered map[string]sweepWait
 }
-
-// sweepWait is when the sweep next looks for a waiting run's answer, and
-// the gap after that.
-type sweepWait struct {
-	due time.Time
-	gap time.Duration
-}
-
-// maxSweepWait is the longest the sweep waits between two looks for the
-// answer of a run that waits: an answer the consumer did not bring is
-// picked up within this.
-const maxSweepWait = 10 * time.Minute
 
 // defaultMaxWaiting bounds the paused runs kept in memory: 10,000 runs
 // waiting for people held about 45 MB of heap when all were kept.
@@ -97,7 +79,7 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
-		waiting: map[string]string{}, parked: map[string]string{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{}, unanswered: map[string]sweepWait{},
+		waiting: map[string]string{}, parked: map[string]string{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -154,7 +136,6 @@ func (e *engine) forget(id string) {
 	delete(e.parked, id)
 	delete(e.waiting, id)
 	delete(e.handled, id)
-	delete(e.unanswered, id)
 	e.mu.Unlock()
 }
 
@@ -174,9 +155,6 @@ func (e *engine) wait(id, cid string) {
 	defer e.mu.Unlock()
 	if _, ok := e.waiting[id]; !ok {
 		e.waitingIDs = append(e.waitingIDs, id)
-	}
-	if e.waiting[id] != cid {
-		delete(e.unanswered, id) // a new question: look for its answer from the start
 	}
 	e.waiting[id] = cid
 	for len(e.waiting) > e.maxWaiting && len(e.waitingIDs) > 0 {
@@ -232,25 +210,6 @@ func (e *engine) drivenIDs(quietSince time.Time) map[string]string {
 	return ids
 }
 
-// lookDue reports whether the sweep should look for run id's answer now.
-func (e *engine) lookDue(id string, now time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	w, ok := e.unanswered[id]
-	return !ok || !now.Before(w.due)
-}
-
-// lookedInVain notes that the sweep found no answer for run id: the next
-// look is twice as far off as the last (first, after gap).
-func (e *engine) lookedInVain(id string, now time.Time, gap time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if w, ok := e.unanswered[id]; ok {
-		gap = min(w.gap*2, maxSweepWait)
-	}
-	e.unanswered[id] = sweepWait{due: now.Add(gap), gap: gap}
-}
-
 // done moves an ended run to the finished runs.
 func (e *engine) done(r *runstate.Run) {
 	e.mu.Lock()
@@ -259,7 +218,6 @@ func (e *engine) done(r *runstate.Run) {
 	delete(e.parked, r.ID)
 	delete(e.waiting, r.ID)
 	delete(e.handled, r.ID)
-	delete(e.unanswered, r.ID)
 	if _, ok := e.finished[r.ID]; !ok {
 		e.finishedIDs = append(e.finishedIDs, r.ID)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -12,6 +13,7 @@ import (
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // The sweep: no run waits for nothing. The runner acts when an event of a
@@ -75,32 +77,31 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 			return 0, err
 		}
 	}
+	// A run this process saw pause for confirmation cid: sweepRun leaves
+	// a paused run alone until an answer is in the log, and the runner's
+	// events after a pause follow the answer (what else comes, a cancel,
+	// ends the run, and the sweep writes nothing to an ended run). So
+	// whether an answer is in the log stands for reading the run's history
+	// and the confirmation's, and one direct get of the last message of up
+	// to 256 answer subjects asks it for 256 runs at once: with 10,000
+	// runs waiting, a sweep is 40 small reads, not 10,000.
+	var waiting []string
+	for _, cid := range ids {
+		if cid != "" && events.ValidID(cid) {
+			waiting = append(waiting, cid)
+		}
+	}
+	answered, err := e.answered(ctx, waiting)
+	if err != nil {
+		return 0, err
+	}
 	moved := 0
-	now := time.Now()
 	for id, cid := range ids {
 		if ctx.Err() != nil {
 			return moved, ctx.Err()
 		}
-		if cid != "" {
-			if !e.lookDue(id, now) {
-				continue
-			}
-			// A run this process saw pause for confirmation cid: sweepRun
-			// leaves a paused run alone until an answer is in the log, and
-			// the runner's events after a pause follow the answer (what
-			// else comes, a cancel, ends the run, and the sweep writes
-			// nothing to an ended run). So one read of the answers' literal
-			// subject, found from the server's subject index, stands for
-			// reading the run's history and the confirmation's.
-			answered, err := e.hasAnswer(ctx, cid)
-			if err != nil {
-				e.log.Warn("sweep of a run failed", "run", id, "err", err)
-				continue
-			}
-			if !answered {
-				e.lookedInVain(id, now, quiet)
-				continue
-			}
+		if cid != "" && events.ValidID(cid) && !answered[cid] {
+			continue
 		}
 		ok, err := e.sweepRun(ctx, id, quiet)
 		if err != nil {
@@ -114,21 +115,39 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 	return moved, nil
 }
 
-// hasAnswer reports whether any answer to confirmation cid is in the log.
-func (e *engine) hasAnswer(ctx context.Context, cid string) (bool, error) {
-	if !events.ValidID(cid) {
-		return true, nil // not one to look up: let sweepRun judge the run
+// answered reports which of the confirmations have an answer in the log,
+// asking for the last message of their answer subjects, 256 at a time.
+func (e *engine) answered(ctx context.Context, cids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(cids) > 0 {
+		chunk := cids[:min(len(cids), answerLookBatch)]
+		cids = cids[len(chunk):]
+		subjects := make([]string, len(chunk))
+		for i, cid := range chunk {
+			subjects[i] = events.ConfirmAnswered.Subject(cid)
+		}
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, e.bus.JetStream(), events.EventStream, subjects)
+		if err != nil {
+			return nil, err
+		}
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break // none of them answered
+			}
+			if err != nil {
+				return nil, err
+			}
+			if cid, ok := strings.CutSuffix(strings.TrimPrefix(m.Subject, events.Prefix+".confirm."), ".answered"); ok {
+				out[cid] = true
+			}
+		}
 	}
-	found := false
-	_, err := events.ReadHistory(ctx, e.bus.JetStream(), events.EventStream, events.ConfirmAnswered.Subject(cid), 0, func(events.RawMsg) error {
-		found = true
-		return errStopRead
-	})
-	if found {
-		return true, nil
-	}
-	return false, err
+	return out, nil
 }
+
+// answerLookBatch is how many answer subjects one look asks for (the
+// server answers up to 1,024 messages a request).
+const answerLookBatch = 256
 
 // errStopRead ends a read once it has seen what it looked for.
 var errStopRead = errors.New("stop reading")

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -39,33 +40,42 @@ func TestDrivenIDsLeavesOutRunsHandledLately(t *testing.T) {
 	}
 }
 
-// TestSweepLooksForAnswersLessAndLessOften: each look that finds no answer
-// doubles the gap to the next (from the quiet period, up to maxSweepWait);
-// a new question starts again from the quiet period.
-func TestSweepLooksForAnswersLessAndLessOften(t *testing.T) {
-	e := &engine{waiting: map[string]string{}, maxWaiting: 10, unanswered: map[string]sweepWait{}}
-	now := time.Now()
-	if !e.lookDue("r", now) {
-		t.Fatal("a run never looked at is due")
-	}
-	var gaps []time.Duration
-	at := now
-	for range 7 {
-		e.lookedInVain("r", at, 30*time.Second)
-		w := e.unanswered["r"]
-		gaps = append(gaps, w.gap)
-		if e.lookDue("r", w.due.Add(-time.Millisecond)) || !e.lookDue("r", w.due) {
-			t.Fatalf("due at %v: not before, and from then on", w.due.Sub(now))
+// TestSweepAsksForAnswersInBatches: which of 600 confirmations have an
+// answer in the log is read in batches (256 subjects a request) and comes
+// out exact, with none answered in a batch too.
+func TestSweepAsksForAnswersInBatches(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cids []string
+	want := map[string]bool{}
+	for i := range 600 {
+		cid := fmt.Sprintf("look%03d-s0-a1", i)
+		cids = append(cids, cid)
+		if i%2 == 0 && i < 500 { // the last batch has none answered
+			ev, err := events.NewEvent(events.ConfirmAnswered, cid, cid+"/answer", Source, events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bus.PublishAsync(&ev); err != nil {
+				t.Fatal(err)
+			}
+			want[cid] = true
 		}
-		at = w.due
 	}
-	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, maxSweepWait, maxSweepWait}
-	if !slices.Equal(gaps, want) {
-		t.Fatalf("gaps %v, want %v", gaps, want)
+	select {
+	case <-bus.JetStream().PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publish")
 	}
-	e.wait("r", "c1")
-	if _, ok := e.unanswered["r"]; ok {
-		t.Fatal("a new question keeps the old one's gap")
+	e := newEngine(bus, &tool.Invoker{Registry: &tool.Registry{}}, eventstest.Logger(t), 5*time.Second)
+	got, err := e.answered(ctx, cids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("answered: %d found, want %d", len(got), len(want))
 	}
 }
 
@@ -109,11 +119,6 @@ func TestSweepOfAParkedRunReadsItsAnswers(t *testing.T) {
 		t.Fatalf("sweep without an answer moved %d runs (err %v)", n, err)
 	}
 	put(events.ConfirmAnswered, cid, cid+"/answer1", events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:test", RunID: id})
-	// The look that found nothing put the next one a quiet period off.
-	if n, err := e.sweep(ctx, time.Second, false); err != nil || n != 0 {
-		t.Fatalf("a sweep before the run's next look moved %d runs (err %v)", n, err)
-	}
-	time.Sleep(1100 * time.Millisecond)
 	if n, err := e.sweep(ctx, time.Second, false); err != nil || n != 1 {
 		t.Fatalf("sweep with an answer moved %d runs (err %v), want 1", n, err)
 	}
