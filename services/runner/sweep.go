@@ -149,9 +149,6 @@ func (e *engine) answered(ctx context.Context, cids []string) (map[string]bool, 
 // server answers up to 1,024 messages a request).
 const answerLookBatch = 256
 
-// errStopRead ends a read once it has seen what it looked for.
-var errStopRead = errors.New("stop reading")
-
 // activeFromIndex adds the runs the index says are not over.
 func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) error {
 	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
