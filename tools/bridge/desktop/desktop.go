@@ -36,6 +36,9 @@ type Config struct {
 	// Sound plays a sound with each new request (best effort).
 	Sound bool
 	Log   *slog.Logger
+	// CountdownEvery is how often a notification's countdown is redrawn
+	// (default 30 s; at most 10 s in its last minute).
+	CountdownEvery time.Duration
 	// Getenv and LookPath default to the process's; tests set them.
 	Getenv   func(string) string
 	LookPath func(string) (string, error)
@@ -301,11 +304,13 @@ func labelOf(o bridge.Offer, value string) string {
 	return value
 }
 
-// notify shows a notification with one action per option and waits for
-// one (notify-send --wait prints the chosen action's name).
-func (d *desk) notify(ctx context.Context, s *shown) (string, error) {
-	o := s.offer
+// notifyArgs are notify-send's arguments for the offer as of now (its
+// countdown), replacing notification id when it is not "".
+func notifyArgs(o bridge.Offer, id string) []string {
 	args := []string{"--app-name=heed", "--print-id", "--wait", "--urgency=critical"}
+	if id != "" {
+		args = append(args, "--replace-id="+id)
+	}
 	if !o.Deadline.IsZero() {
 		args = append(args, "--expire-time="+strconv.FormatInt(max(time.Until(o.Deadline).Milliseconds(), 1000), 10))
 	} else {
@@ -314,46 +319,118 @@ func (d *desk) notify(ctx context.Context, s *shown) (string, error) {
 	for _, opt := range o.Options {
 		args = append(args, "--action="+opt.Value+"="+opt.Label)
 	}
-	args = append(args, o.Title, Body(o, time.Now()))
-	// notify-send prints the notification's id at once but, writing to a
-	// pipe, its stdio holds it until it exits: line-buffered (stdbuf, from
-	// coreutils) the id arrives while it waits, so that an answer given
-	// elsewhere can replace the notification.
-	bin := d.b.Notify
-	if sb, err := exec.LookPath("stdbuf"); err == nil {
-		args = append([]string{"-oL", bin}, args...)
-		bin = sb
+	return append(args, o.Title, Body(o, time.Now()))
+}
+
+// shownBy is one notify-send showing (or redrawing) a notification and
+// waiting for its click.
+type shownBy struct {
+	gen int
+	cmd *exec.Cmd
+	id  chan string // the notification's id, once printed
+}
+
+// notify shows a notification with one action per option and waits for
+// one: notify-send --wait prints the chosen action's name. The countdown
+// is redrawn every CountdownEvery (10 s in the last minute) by a new
+// notify-send replacing the notification, which then is the one waiting
+// for the click (the daemon tells the one it replaced that its
+// notification closed).
+func (d *desk) notify(ctx context.Context, s *shown) (string, error) {
+	o := s.offer
+	choices := make(chan string, 8)
+	exited := make(chan int, 8)
+	gen := 0
+	start := func(replace string) (*shownBy, error) {
+		gen++
+		// notify-send prints the id at once but, writing to a pipe, its
+		// stdio holds it until it exits: line-buffered (stdbuf, from
+		// coreutils) the id arrives while it waits.
+		bin, args := d.b.Notify, notifyArgs(o, replace)
+		if sb, err := exec.LookPath("stdbuf"); err == nil {
+			bin, args = sb, append([]string{"-oL", d.b.Notify}, args...)
+		}
+		sb := &shownBy{gen: gen, cmd: exec.CommandContext(ctx, bin, args...), id: make(chan string, 1)}
+		out, err := sb.cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := sb.cmd.Start(); err != nil {
+			return nil, err
+		}
+		go func() {
+			sc := bufio.NewScanner(out)
+			first := true
+			for sc.Scan() {
+				line := strings.TrimSpace(sc.Text())
+				switch {
+				case line == "":
+				case first:
+					first = false
+					sb.id <- line
+				default:
+					choices <- line
+				}
+			}
+			_ = sb.cmd.Wait()
+			exited <- sb.gen
+		}()
+		return sb, nil
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	out, err := cmd.StdoutPipe()
+	cur, err := start("")
 	if err != nil {
 		return "", err
 	}
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	sc := bufio.NewScanner(out)
-	var lines []string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
+	var procs []*shownBy
+	procs = append(procs, cur)
+	defer func() {
+		for _, p := range procs {
+			if p.cmd.Process != nil {
+				_ = p.cmd.Process.Kill()
+			}
 		}
-		if len(lines) == 0 {
+	}()
+	every := d.cfg.CountdownEvery
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	redraw := time.NewTimer(every)
+	defer redraw.Stop()
+	if o.Deadline.IsZero() {
+		redraw.Stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return "", nil // answered elsewhere, or the deadline passed
+		case id := <-cur.id:
 			s.mu.Lock()
-			s.notif = line
+			s.notif = id
 			s.mu.Unlock()
+		case c := <-choices:
+			return valid(o, c)
+		case g := <-exited:
+			if g == cur.gen {
+				return "", nil // dismissed or expired without a choice
+			}
+		case <-redraw.C:
+			s.mu.Lock()
+			id := s.notif
+			s.mu.Unlock()
+			if id != "" {
+				next, err := start(id)
+				if err == nil {
+					procs = append(procs, next)
+					cur = next
+				}
+			}
+			wait := every
+			if time.Until(o.Deadline) <= time.Minute {
+				wait = min(every, 10*time.Second)
+			}
+			redraw.Reset(wait)
 		}
-		lines = append(lines, line)
 	}
-	err = cmd.Wait()
-	if ctx.Err() != nil {
-		return "", nil // answered elsewhere, or the deadline passed
-	}
-	if len(lines) < 2 {
-		return "", err // dismissed or expired without a choice
-	}
-	return valid(o, lines[len(lines)-1])
 }
 
 func valid(o bridge.Offer, choice string) (string, error) {

@@ -109,7 +109,9 @@ func runAndAnswer(t *testing.T, c *heedclient.Client, cfg desktop.Config, answer
 func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 	desktoptest.Start(t, "Approve")
 	c := startHeed(t)
-	runAndAnswer(t, c, desktop.Config{Identity: "alice"}, func(ctx context.Context) {
+	// The countdown is redrawn every 500 ms here: the click comes after
+	// redraws, on the same (replaced) notification.
+	runAndAnswer(t, c, desktop.Config{Identity: "alice", CountdownEvery: 500 * time.Millisecond}, func(ctx context.Context) {
 		eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
 			out, err := exec.Command("dunstctl", "count", "displayed").Output()
 			if err != nil || strings.TrimSpace(string(out)) == "0" {
@@ -117,6 +119,10 @@ func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 			}
 			return nil
 		})
+		time.Sleep(1700 * time.Millisecond) // three redraws
+		if out, _ := exec.Command("dunstctl", "count", "displayed").Output(); strings.TrimSpace(string(out)) != "1" {
+			t.Fatalf("%s notifications displayed after the redraws, want the one", out)
+		}
 		desktoptest.Screenshot(t, "notification.png")
 		if out, err := exec.Command("dunstctl", "context").CombinedOutput(); err != nil {
 			t.Fatalf("dunstctl context: %v: %s", err, out)
