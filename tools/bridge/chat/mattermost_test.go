@@ -223,3 +223,20 @@ func TestMattermostPostsAndTakesAClick(t *testing.T) {
 		return nil
 	})
 }
+
+// TestChatPostSaysWhenTheRequestExpired: nobody answers before the
+// deadline; the post is updated with the default that applied.
+func TestChatPostSaysWhenTheRequestExpired(t *testing.T) {
+	c := startHeed(t)
+	mm := newMattermost()
+	startMattermostBridge(t, c, mm)
+	id := ask(t, c, events.ConfirmRequestedData{Title: "Clean the cache?", Message: "nobody will answer", Default: "cancel", TimeoutS: 1})
+	eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		p, _ := mm.find(id)
+		b, _ := json.Marshal(p)
+		if !strings.Contains(string(b), "expired: default Reject") {
+			return fmt.Errorf("post not updated with the expiry: %s", b)
+		}
+		return nil
+	})
+}
