@@ -439,7 +439,7 @@ func ReadRouting(file string) (Routing, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) {
-		return r, events.Errorf(events.CodeInvalidRequest, "routing file %s: %v", file, err)
+		return r, events.Errorf(events.CodeInvalidRequest, "routing file %s: %s", file, OneLine(err))
 	}
 	for i, rt := range r.Routes {
 		switch rt.Escalations {
@@ -454,4 +454,11 @@ func ReadRouting(file string) (Routing, error) {
 		}
 	}
 	return r, nil
+}
+
+// OneLine is a YAML decoding error on one line (yaml.v3 lists each field
+// on a line of its own), as heed's errors are.
+func OneLine(err error) string {
+	msg := strings.ReplaceAll(err.Error(), ":\n  ", ": ")
+	return strings.ReplaceAll(msg, "\n  ", "; ")
 }

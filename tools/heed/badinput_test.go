@@ -28,6 +28,18 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	if err := os.WriteFile(badEsc, []byte("routing:\n  - {name: r1, when: 'risk > 0.5', tier: nowhere}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badRoutes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(badRoutes, []byte("routes:\n  - {skill: [deploy]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noUsers := filepath.Join(dir, "chat-nousers.yaml")
+	if err := os.WriteFile(noUsers, []byte("listen: 127.0.0.1:0\nslack: {channel: C1, token_env: HEED_TEST_NONE, signing_secret_env: HEED_TEST_NONE}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noSecret := filepath.Join(dir, "chat-nosecret.yaml")
+	if err := os.WriteFile(noSecret, []byte("listen: 127.0.0.1:0\nslack: {channel: C1, token_env: HEED_TEST_UNSET_TOKEN, signing_secret_env: HEED_TEST_UNSET_TOKEN}\nusers: {U1: alice}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fix := []string{"fixes", "learn", "--pattern", "manifest unknown", "--description", "use the full sha"}
 	for _, c := range []struct {
 		name  string
@@ -57,6 +69,10 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"run: no such file", []string{"run", filepath.Join(dir, "nope.yaml")}, "invalid_request", "no such file or directory", false},
 		{"run: missing input", []string{"run", "../../skills/release_prod.yaml"}, "invalid_request", `skill release_prod: missing required input "commit_sha"`, false},
 		{"confirm answer --remember bogus", []string{"confirm", "answer", "c1", "proceed", "--remember", "bogus"}, "invalid_request", `at /remember: value must be one of`, false},
+		{"desktop: a routing file with a misspelt key", []string{"desktop", "--routes", badRoutes}, "invalid_request", "field skill not found", false},
+		{"chat: no such config", []string{"chat", filepath.Join(dir, "nope.yaml")}, "invalid_request", "chat config: open", false},
+		{"chat: nobody mapped", []string{"chat", noUsers}, "invalid_request", "users is empty", false},
+		{"chat: the token's variable unset", []string{"chat", noSecret}, "invalid_request", "slack token: $HEED_TEST_UNSET_TOKEN is empty or unset", false},
 		{"unknown command", []string{"fixs"}, "invalid_request", `unknown command "fixs" for "heed" (did you mean "fixes"?)`, true},
 		{"unknown subcommand", []string{"fixes", "teach"}, "invalid_request", `unknown command "teach" for "heed fixes"`, true},
 		{"unknown help topic", []string{"help", "fixs"}, "invalid_request", `unknown help topic "fixs" (did you mean "fixes"?)`, true},

@@ -61,7 +61,7 @@ func ReadConfig(file string) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, events.Errorf(events.CodeInvalidRequest, "chat config %s: %v", file, err)
+		return nil, events.Errorf(events.CodeInvalidRequest, "chat config %s: %s", file, bridge.OneLine(err))
 	}
 	bad := func(format string, args ...any) error {
 		return events.Errorf(events.CodeInvalidRequest, "chat config %s: "+format, append([]any{file}, args...)...)
