@@ -13,48 +13,14 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
-	"github.com/heedhq/heed/lib/service"
-	"github.com/heedhq/heed/lib/service/servicetest"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/tools/bridge"
+	"github.com/heedhq/heed/tools/bridge/internal/bridgetest"
 )
 
-// start runs the confirm router and the indexer (what a bridge needs of
-// heed) on a real server and returns a client.
-func start(t *testing.T) *heedclient.Client {
-	t.Helper()
-	env := eventstest.Start(t)
-	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "indexer", indexer.Run)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := heedclient.Connect(ctx, env.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-func ask(t *testing.T, c *heedclient.Client, d events.ConfirmRequestedData) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if d.Options == nil {
-		d.Options = []events.Option{{Label: "Approve", Value: "proceed"}, {Label: "Reject", Value: "cancel"}}
-	}
-	if d.Requester == "" {
-		d.Requester = "test"
-	}
-	rep, err := c.RequestConfirmation(ctx, command.RequestConfirmation{ConfirmRequestedData: d})
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	return rep.ID
-}
+var (
+	start = func(t *testing.T) *heedclient.Client { return bridgetest.Start(t) }
+	ask   = bridgetest.Ask
+)
 
 func next(t *testing.T, ch <-chan bridge.Update) bridge.Update {
 	t.Helper()
@@ -182,10 +148,7 @@ func TestWatchSurvivesANATSRestart(t *testing.T) {
 		}
 		nc.Close()
 	}
-	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "indexer", indexer.Run)
+	bridgetest.StartServices(t, env)
 	c, err := heedclient.Connect(ctx, srv.URL(), heedclient.NATSOptions{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)

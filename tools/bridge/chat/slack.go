@@ -99,19 +99,19 @@ func (s *Slack) history(ctx context.Context) (map[string]string, error) {
 }
 
 func (s *Slack) post(ctx context.Context, o bridge.Offer) (string, error) {
-	_, ts, err := s.API.PostMessageContext(ctx, s.Channel, slack.MsgOptionText(o.Title, false), slack.MsgOptionBlocks(Blocks(o, "", time.Now())...))
+	_, ts, err := s.API.PostMessageContext(ctx, s.Channel, slack.MsgOptionText(o.Title, false), slack.MsgOptionBlocks(Blocks(o, "")...))
 	return ts, err
 }
 
 func (s *Slack) update(ctx context.Context, ts string, o bridge.Offer, outcome string) error {
-	_, _, _, err := s.API.UpdateMessageContext(ctx, s.Channel, ts, slack.MsgOptionText(o.Title+": "+outcome, false), slack.MsgOptionBlocks(Blocks(o, outcome, time.Now())...))
+	_, _, _, err := s.API.UpdateMessageContext(ctx, s.Channel, ts, slack.MsgOptionText(o.Title+": "+outcome, false), slack.MsgOptionBlocks(Blocks(o, outcome)...))
 	return err
 }
 
 // Blocks is the Block Kit message of an offer: its title, message, what
 // to weigh and one button per option; closed (outcome set), the buttons
 // give way to the outcome.
-func Blocks(o bridge.Offer, outcome string, now time.Time) []slack.Block {
+func Blocks(o bridge.Offer, outcome string) []slack.Block {
 	title := o.Title
 	if len(title) > 150 {
 		title = title[:147] + "..."

@@ -4,15 +4,19 @@ package desktoptest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/tools/bridge/desktop"
 )
 
 // The desktop tests run a real X server (Xvfb), a private session bus and
@@ -140,4 +144,34 @@ func repoRoot() string {
 func Displayed() (string, error) {
 	out, err := exec.Command("dunstctl", "count", "displayed").Output()
 	return strings.TrimSpace(string(out)), err
+}
+
+// RunBridge runs the desktop bridge with cfg on c until the test's
+// cleanup (or the returned stop).
+func RunBridge(t *testing.T, c *heedclient.Client, cfg desktop.Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := desktop.Detect(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- desktop.Run(ctx, c, cfg, b) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// WaitDisplayed waits until dunst shows a notification.
+func WaitDisplayed(t *testing.T) {
+	t.Helper()
+	eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		n, err := Displayed()
+		if err != nil || n == "0" {
+			return fmt.Errorf("no notification displayed yet (%s, %v)", n, err)
+		}
+		return nil
+	})
 }
