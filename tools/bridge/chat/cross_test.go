@@ -32,15 +32,7 @@ func TestDesktopAndSlackAnswerAtOnce(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := desktop.Config{Identity: "alice"}
-	b, err := desktop.Detect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- desktop.Run(bctx, c, cfg, b) }()
-	defer func() { stop(); <-done }()
+	defer desktoptest.RunBridge(t, c, desktop.Config{Identity: "alice"})()
 
 	id := ask(t, c, events.ConfirmRequestedData{Title: "Drop the staging database?", Message: "both may answer", TimeoutS: 600})
 	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {

@@ -20,11 +20,8 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
-	"github.com/heedhq/heed/lib/service"
-	"github.com/heedhq/heed/lib/service/servicetest"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/tools/bridge/chat"
+	"github.com/heedhq/heed/tools/bridge/internal/bridgetest"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slacktest"
 )
@@ -122,23 +119,6 @@ type rig struct {
 	users chat.Users
 }
 
-func startHeed(t *testing.T) *heedclient.Client {
-	t.Helper()
-	env := eventstest.Start(t)
-	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "indexer", indexer.Run)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := heedclient.Connect(ctx, env.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // startBridge runs a chat bridge against the fake channel; stop ends it.
 func startBridge(t *testing.T, c *heedclient.Client, ch *channel, srv *slacktest.Server) *rig {
 	t.Helper()
@@ -161,19 +141,22 @@ func startBridge(t *testing.T, c *heedclient.Client, ch *channel, srv *slacktest
 	return r
 }
 
-func ask(t *testing.T, c *heedclient.Client, d events.ConfirmRequestedData) string {
+var (
+	startHeed = func(t *testing.T) *heedclient.Client { return bridgetest.Start(t) }
+	ask       = bridgetest.Ask
+)
+
+// waitPosted waits until the request is posted to the channel.
+func waitPosted(t *testing.T, ch *channel, id string) *msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if d.Options == nil {
-		d.Options = []events.Option{{Label: "Approve", Value: "proceed"}, {Label: "Reject", Value: "cancel"}}
-	}
-	d.Requester = "test"
-	rep, err := c.RequestConfirmation(ctx, command.RequestConfirmation{ConfirmRequestedData: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep.ID
+	var m *msg
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if m, _ = ch.find(id); m == nil {
+			return fmt.Errorf("not posted yet")
+		}
+		return nil
+	})
+	return m
 }
 
 // click sends Slack's interactivity callback for a button, signed with
@@ -219,13 +202,7 @@ func TestSlackPostsAndTakesASignedClick(t *testing.T) {
 	r := startBridge(t, c, ch, srv)
 	id := ask(t, c, events.ConfirmRequestedData{Title: "Deploy web to prod?", Message: "2.4.0, reviewed", Skill: "deploy", Step: "approve", TimeoutS: 600})
 
-	var m *msg
-	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if m, _ = ch.find(id); m == nil {
-			return fmt.Errorf("not posted yet")
-		}
-		return nil
-	})
+	m := waitPosted(t, ch, id)
 	for _, want := range []string{`"type":"header"`, "Deploy web to prod?", "2.4.0, reviewed", "skill deploy", "step approve", "deadline", `"action_id":"choice:proceed"`, `"action_id":"choice:cancel"`, `"value":"` + id + `|proceed"`} {
 		if !strings.Contains(string(m.Blocks), want) {
 			t.Fatalf("posted blocks lack %s: %s", want, m.Blocks)
@@ -283,12 +260,7 @@ func TestSlackUpdatesWhenAnsweredElsewhere(t *testing.T) {
 	defer srv.Stop()
 	startBridge(t, c, ch, srv)
 	id := ask(t, c, events.ConfirmRequestedData{Message: "Rotate the keys?", TimeoutS: 600})
-	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if m, _ := ch.find(id); m == nil {
-			return fmt.Errorf("not posted yet")
-		}
-		return nil
-	})
+	waitPosted(t, ch, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Answer(ctx, command.AnswerConfirmation{ID: id, Choice: "cancel", By: "bob", Channel: "desktop"}); err != nil {
@@ -314,12 +286,7 @@ func TestSlackPostsEachRequestOnceAcrossRestarts(t *testing.T) {
 	defer srv.Stop()
 	r := startBridge(t, c, ch, srv)
 	before := ask(t, c, events.ConfirmRequestedData{Message: "asked while the bridge runs", TimeoutS: 600})
-	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if m, _ := ch.find(before); m == nil {
-			return fmt.Errorf("not posted yet")
-		}
-		return nil
-	})
+	waitPosted(t, ch, before)
 	r.stop()
 	var ids []string
 	for i := range 10 {

@@ -13,34 +13,11 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
-	"github.com/heedhq/heed/lib/service"
-	"github.com/heedhq/heed/lib/service/servicetest"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/tools/bridge/desktop"
+	"github.com/heedhq/heed/tools/bridge/internal/bridgetest"
 	"github.com/heedhq/heed/tools/bridge/internal/desktoptest"
 )
-
-// startHeed runs the runner, the confirm router and the indexer on a real
-// server and returns a client.
-func startHeed(t *testing.T) *heedclient.Client {
-	t.Helper()
-	env := eventstest.Start(t)
-	servicetest.Start(t, env, "runner", func(ctx context.Context, rt *service.Runtime) error { return runner.Run(ctx, rt, runner.Config{}) })
-	servicetest.Start(t, env, "confirm", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "indexer", indexer.Run)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := heedclient.Connect(ctx, env.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
 
 const skill = `name: release
 steps:
@@ -64,14 +41,7 @@ func runAndAnswer(t *testing.T, c *heedclient.Client, cfg desktop.Config, answer
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := desktop.Detect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- desktop.Run(bctx, c, cfg, b) }()
-	defer func() { stop(); <-done }()
+	defer desktoptest.RunBridge(t, c, cfg)()
 	rep, err := c.StartRun(ctx, command.StartRun{Skill: command.SkillSource{Source: skill}, RequestedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -108,17 +78,11 @@ func runAndAnswer(t *testing.T, c *heedclient.Client, cfg desktop.Config, answer
 // from the desktop.
 func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 	desktoptest.Start(t, "Approve")
-	c := startHeed(t)
+	c := bridgetest.Start(t, bridgetest.Runs{})
 	// The countdown is redrawn every 500 ms here: the click comes after
 	// redraws, on the same (replaced) notification.
 	runAndAnswer(t, c, desktop.Config{Identity: "alice", CountdownEvery: 500 * time.Millisecond}, func(ctx context.Context) {
-		eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
-			out, err := exec.Command("dunstctl", "count", "displayed").Output()
-			if err != nil || strings.TrimSpace(string(out)) == "0" {
-				return fmt.Errorf("no notification displayed yet (%s, %v)", out, err)
-			}
-			return nil
-		})
+		desktoptest.WaitDisplayed(t)
 		time.Sleep(1700 * time.Millisecond) // three redraws
 		if out, _ := exec.Command("dunstctl", "count", "displayed").Output(); strings.TrimSpace(string(out)) != "1" {
 			t.Fatalf("%s notifications displayed after the redraws, want the one", out)
@@ -135,7 +99,7 @@ func TestDesktopNotificationAnswersTheRun(t *testing.T) {
 // resumes.
 func TestDesktopDialogAnswersTheRun(t *testing.T) {
 	desktoptest.Start(t, "Approve")
-	c := startHeed(t)
+	c := bridgetest.Start(t, bridgetest.Runs{})
 	runAndAnswer(t, c, desktop.Config{Identity: "alice", Dialog: true}, func(ctx context.Context) {
 		var win string
 		eventstest.CheckFor(t, 20*time.Second, 200*time.Millisecond, func() error {
@@ -175,29 +139,15 @@ func TestDesktopWithoutDisplay(t *testing.T) {
 // who answered (its buttons gone), and the run goes on carol's answer.
 func TestDesktopNotificationClosedByAnAnswerElsewhere(t *testing.T) {
 	desktoptest.Start(t, "Approve")
-	c := startHeed(t)
+	c := bridgetest.Start(t, bridgetest.Runs{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := desktop.Config{Identity: "alice"}
-	b, err := desktop.Detect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- desktop.Run(bctx, c, cfg, b) }()
-	defer func() { stop(); <-done }()
+	defer desktoptest.RunBridge(t, c, desktop.Config{Identity: "alice"})()
 	rep, err := c.StartRun(ctx, command.StartRun{Skill: command.SkillSource{Source: skill}, RequestedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
-		out, err := exec.Command("dunstctl", "count", "displayed").Output()
-		if err != nil || strings.TrimSpace(string(out)) == "0" {
-			return fmt.Errorf("no notification displayed yet")
-		}
-		return nil
-	})
+	desktoptest.WaitDisplayed(t)
 	if _, err := c.Answer(ctx, command.AnswerConfirmation{ID: runner.ConfirmID(rep.RunID, 0, 1), Choice: "cancel", By: "carol", Channel: "slack"}); err != nil {
 		t.Fatalf("carol's answer : %v", err)
 	}

@@ -143,6 +143,10 @@ var wiring = map[string]bool{
 	"tools/heed/replay.go":      true, // heed replay: the services' projections over the log
 	"tools/internal/sim/sim.go": true, // the load generator runs every service
 	"tools/bench/services.go":   true, // benchmarks of each service
+	// The bridges' tests start the confirm router, the indexer and the
+	// runner beside the bridge under test; the bridges themselves use
+	// only the client.
+	"tools/bridge/internal/bridgetest/bridgetest.go": true,
 }
 
 // TestToolsUseTheClient: the programs under tools/ talk to heed through the
