@@ -67,6 +67,18 @@ const (
 	EscalationOutcome   Type = "heed.escalation.outcome"
 )
 
+// Change-set events: one aggregate per change set an agent wake (or a run)
+// proposed, subject heed.changeset.<set-id>.<verb> (docs/CHANGESETS.md).
+const (
+	ChangeSetProposed    Type = "heed.changeset.proposed"
+	ChangeSetDecided     Type = "heed.changeset.decided"
+	ChangeSetRefused     Type = "heed.changeset.refused"
+	ChangeSetExpired     Type = "heed.changeset.expired"
+	ChangeApplyStarted   Type = "heed.changeset.apply.started"
+	ChangeApplyCompleted Type = "heed.changeset.apply.completed"
+	ChangeApplyFailed    Type = "heed.changeset.apply.failed"
+)
+
 // TypeInfo describes one event type for the catalog (docs/EVENTS.md is
 // checked against it and against schemas/ by a test).
 type TypeInfo struct {
@@ -113,6 +125,13 @@ var catalog = []TypeInfo{
 	{EscalationEscalated, []string{"escalator"}, []string{"escalator", "indexer"}, "the request moved past a tier: timeout, unreachable (nobody present) or passed on by an approver"},
 	{EscalationDecided, []string{"escalator"}, []string{"escalator", "learner", "indexer", "agents"}, "approved or denied: by a rule, the learned cache, a person or the final action; carries the safeguards"},
 	{EscalationOutcome, []string{"escalator (heed.cmd.escalation.outcome)"}, []string{"learner", "indexer"}, "the agent reported how the decided operation went (success or failure)"},
+	{ChangeSetProposed, []string{"changesets (heed.cmd.changeset.propose)", "runner (a run's deferred tool calls, when it ends)", "agent"}, []string{"changesets", "channels", "indexer"}, "an agent wake proposes changes for review: items of deferred tool calls, each with its summary (at most 10 a set)"},
+	{ChangeSetDecided, []string{"changesets (heed.cmd.changeset.decide)", "agent"}, []string{"runner", "changesets", "channels", "indexer"}, "a person confirmed, rejected (with a reason) or deferred items; the first valid decision of an item in log order takes effect"},
+	{ChangeSetRefused, []string{"changesets"}, []string{"channels", "indexer"}, "decisions written straight to the log that did not take effect: why, and which decision did"},
+	{ChangeSetExpired, []string{"changesets (its expiry timer)"}, []string{"changesets", "channels", "indexer"}, "the set's time ran out: the items still pending count as no decision"},
+	{ChangeApplyStarted, []string{"runner"}, []string{"runner", "changesets", "indexer"}, "the runner applies a confirmed item: calls its tool (after the tool's check) with the item's idempotency key"},
+	{ChangeApplyCompleted, []string{"runner"}, []string{"runner", "changesets", "indexer"}, "a confirmed item was applied, with the tool's output"},
+	{ChangeApplyFailed, []string{"runner"}, []string{"runner", "changesets", "indexer"}, "a confirmed item was not applied: stale (its target changed since the proposal) or the tool failed"},
 }
 
 // Catalog returns a copy of the catalog sorted by type.

@@ -485,6 +485,10 @@ var dataTypes = map[Type]reflect.Type{
 	EscalationRequested: reflect.TypeFor[EscalationRequestedData](), EscalationRouted: reflect.TypeFor[EscalationRoutedData](),
 	EscalationOffered: reflect.TypeFor[EscalationOfferedData](), EscalationEscalated: reflect.TypeFor[EscalationEscalatedData](),
 	EscalationDecided: reflect.TypeFor[EscalationDecidedData](), EscalationOutcome: reflect.TypeFor[EscalationOutcomeData](),
+	ChangeSetProposed: reflect.TypeFor[ChangeSetProposedData](), ChangeSetDecided: reflect.TypeFor[ChangeSetDecidedData](),
+	ChangeSetRefused: reflect.TypeFor[ChangeSetRefusedData](), ChangeSetExpired: reflect.TypeFor[ChangeSetExpiredData](),
+	ChangeApplyStarted: reflect.TypeFor[ChangeApplyStartedData](), ChangeApplyCompleted: reflect.TypeFor[ChangeApplyCompletedData](),
+	ChangeApplyFailed: reflect.TypeFor[ChangeApplyFailedData](),
 }
 
 // DataType is the Go type of an event type's data (a test checks each

@@ -63,6 +63,16 @@ func samples() map[events.Type]any {
 		events.EscalationDecided: events.EscalationDecidedData{Decision: events.EscalationApproved, Method: events.MethodUser, By: "user:alice", Channel: "slack", ConfirmID: "e1-o1",
 			Votes: []events.EscalationVote{{Choice: "approve", By: "user:alice", At: at}}, HeldMS: 1200, Operation: "force_push", Scope: "main"},
 		events.EscalationOutcome: events.EscalationOutcomeData{Outcome: events.OutcomeSuccess, By: "agent/s1", Operation: "force_push", Scope: "main", Decision: events.EscalationApproved},
+		events.ChangeSetProposed: events.ChangeSetProposedData{Agent: "agent/laura", Subject: "task-42", Wake: "wake-7", ExpiresAt: at, ProposedBy: "agent/laura",
+			Items: []events.ChangeItem{{Item: 1, Tool: "set_task_title", Args: map[string]any{"title": "Fix login bug"}, Summary: "Set title to Fix login bug", Before: map[string]any{"title": "login"}},
+				{Item: 2, Tool: "add_checklist_item", Args: map[string]any{"title": "Write tests"}, Summary: "Add checklist item: Write tests", From: "add_multiple_checklist_items", Group: "Checklist items"}}},
+		events.ChangeSetDecided: events.ChangeSetDecidedData{Decisions: []events.ChangeDecision{{Item: 1, Verdict: events.VerdictConfirmed}, {Item: 2, Verdict: events.VerdictRejected, Reason: "not needed"}}, By: "user:alice", Channel: "cli"},
+		events.ChangeSetRefused: events.ChangeSetRefusedData{DecisionID: "d2", DecisionSeq: 9, By: "user:bob", Refused: []events.ChangeRefusal{{Item: 1, Verdict: events.VerdictRejected, Code: events.ChangeRefusedDecided, Reason: "already decided",
+			Winner: &events.ChangeDecisionRef{EventID: "d1", Verdict: events.VerdictConfirmed, By: "user:alice", At: at}}}},
+		events.ChangeSetExpired:     events.ChangeSetExpiredData{Items: []int{2}, ExpiresAt: at},
+		events.ChangeApplyStarted:   events.ChangeApplyStartedData{Item: 1, Tool: "set_task_title", Args: map[string]any{"title": "Fix login bug"}, IdempotencyKey: events.ChangeIdempotencyKey("cs-1", 1), Attempt: 1},
+		events.ChangeApplyCompleted: events.ChangeApplyCompletedData{Item: 1, Attempt: 1, Output: map[string]any{"ok": true}, DurationMS: 12},
+		events.ChangeApplyFailed:    events.ChangeApplyFailedData{Item: 1, Attempt: 1, Error: events.ErrorInfo{Message: "the title changed since the proposal"}, Stale: true, DurationMS: 3},
 	}
 }
 

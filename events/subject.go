@@ -40,7 +40,7 @@ const (
 
 // EventKinds are the aggregate kinds; each has its subject tree
 // heed.<kind>.> in the event stream.
-var eventKinds = []string{"run", "confirm", "pref", "fix", "escalation"}
+var eventKinds = []string{"run", "confirm", "pref", "fix", "escalation", "changeset"}
 
 // EventKinds returns the aggregate kinds that carry events.
 func EventKinds() []string { return append([]string(nil), eventKinds...) }

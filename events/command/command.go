@@ -32,13 +32,14 @@ const (
 	EscalationStatus  = events.CommandPrefix + ".escalation.status"
 	EscalationHeld    = events.CommandPrefix + ".escalation.held"
 	EscalationOutcome = events.CommandPrefix + ".escalation.outcome"
-	allCommandsHelp   = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}, heed.cmd.escalation.{request,status,held,outcome}"
+	allCommandsHelp   = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}, heed.cmd.escalation.{request,status,held,outcome}, heed.cmd.changeset.{propose,decide,status,list,history}"
 )
 
 // Subjects lists every command subject.
 func Subjects() []string {
 	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget,
-		EscalationRequest, EscalationStatus, EscalationHeld, EscalationOutcome}
+		EscalationRequest, EscalationStatus, EscalationHeld, EscalationOutcome,
+		ChangeSetPropose, ChangeSetDecide, ChangeSetStatus, ChangeSetList, ChangeSetHistory}
 }
 
 // SkillSource is a skill's YAML and where it came from.
