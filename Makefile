@@ -36,6 +36,7 @@ build:
 	$(GO) build -o bin/heed-confirm-router ./services/confirm/cmd/heed-confirm-router
 	$(GO) build -o bin/heed-healer ./services/healer/cmd/heed-healer
 	$(GO) build -o bin/heed-escalator ./services/escalator/cmd/heed-escalator
+	$(GO) build -o bin/heed-changesets ./services/changesets/cmd/heed-changesets
 	$(GO) build -o bin/heed-loadgen ./tools/loadgen
 
 ## run: heed with an embedded NATS server and every service, data in $(DATA)

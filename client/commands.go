@@ -98,3 +98,37 @@ func (c *Client) Held(ctx context.Context, session string) (command.HeldReply, e
 func (c *Client) ReportOutcome(ctx context.Context, req command.ReportOutcome) (command.OutcomeReply, error) {
 	return call[command.OutcomeReply](ctx, c, command.EscalationOutcome, req)
 }
+
+// ProposeChanges proposes one agent wake's calls of deferred tools for
+// review (heed.cmd.changeset.propose): the reply names the set (sets, past
+// events.MaxChangeItems items) and the id of every queued item. A call of
+// an immediate or unknown tool is refused (invalid_request) and nothing is
+// queued.
+func (c *Client) ProposeChanges(ctx context.Context, req command.ProposeChangeSet) (command.ProposeReply, error) {
+	return call[command.ProposeReply](ctx, c, command.ChangeSetPropose, req)
+}
+
+// DecideChanges confirms, rejects or defers items of a change set
+// (heed.cmd.changeset.decide); each item's first decision wins, and the
+// reply says which items another decision had taken already.
+func (c *Client) DecideChanges(ctx context.Context, req command.DecideChangeSet) (command.DecideReply, error) {
+	return call[command.DecideReply](ctx, c, command.ChangeSetDecide, req)
+}
+
+// ChangeSet is a set's folded state (heed.cmd.changeset.status); an unknown
+// id is an error with code not_found.
+func (c *Client) ChangeSet(ctx context.Context, id string) (command.ChangeSetState, error) {
+	return call[command.ChangeSetState](ctx, c, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
+}
+
+// ChangeSets lists change sets (heed.cmd.changeset.list): open ones unless
+// req.All, newest first.
+func (c *Client) ChangeSets(ctx context.Context, req command.ListChangeSets) (command.ListChangeSetsReply, error) {
+	return call[command.ListChangeSetsReply](ctx, c, command.ChangeSetList, req)
+}
+
+// DecisionHistory is an agent's recent decisions for its next wake
+// (heed.cmd.changeset.history): text for its prompt and the records.
+func (c *Client) DecisionHistory(ctx context.Context, req command.DecisionHistoryRequest) (command.DecisionHistoryReply, error) {
+	return call[command.DecisionHistoryReply](ctx, c, command.ChangeSetHistory, req)
+}

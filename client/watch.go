@@ -9,6 +9,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/changeset"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/escalation"
 	"github.com/nats-io/nats.go"
@@ -326,4 +327,33 @@ func (c *Client) WatchPending(ctx context.Context) (<-chan Pending, error) {
 		})
 	}()
 	return out, nil
+}
+
+// WaitChangeSet follows a change set until done says it is done (nil:
+// until every item has a decision and every confirmed item a result, or it
+// expired) and returns its state.
+func (c *Client) WaitChangeSet(ctx context.Context, id string, done func(*command.ChangeSetState) bool) (*command.ChangeSetState, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid change set id", id)
+	}
+	if done == nil {
+		done = ChangeSetSettled
+	}
+	st := changeset.New(id)
+	err := c.followHistory(ctx, events.SubjectFilter("changeset", id), 0, func(seq, _ uint64, ev *events.Event) (bool, error) {
+		if _, err := changeset.Apply(st, ev, seq); err != nil {
+			return false, err
+		}
+		return changeset.Proposed(st) && done(st), nil
+	})
+	return st, err
+}
+
+// ChangeSetSettled says a set is done: expired, or resolved with every
+// confirmed item applied or failed.
+func ChangeSetSettled(st *command.ChangeSetState) bool {
+	if st.Status == events.SetExpired {
+		return len(changeset.ToApply(st)) == 0
+	}
+	return st.Status == events.SetResolved && len(changeset.ToApply(st)) == 0
 }

@@ -25,6 +25,7 @@ require github.com/heedhq/heed/services/learner v0.0.0
 require (
 	github.com/heedhq/heed/client v0.0.0
 	github.com/heedhq/heed/lib v0.0.0
+	github.com/heedhq/heed/services/changesets v0.0.0
 	github.com/heedhq/heed/services/escalator v0.0.0
 	github.com/heedhq/heed/services/healer v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -76,6 +77,7 @@ replace (
 	github.com/heedhq/heed/events => ../events
 	github.com/heedhq/heed/lib => ../lib
 	github.com/heedhq/heed/schemas => ../schemas
+	github.com/heedhq/heed/services/changesets => ../services/changesets
 	github.com/heedhq/heed/services/confirm => ../services/confirm
 	github.com/heedhq/heed/services/escalator => ../services/escalator
 	github.com/heedhq/heed/services/healer => ../services/healer

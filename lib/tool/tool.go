@@ -54,9 +54,60 @@ type Spec struct {
 	// asked first.
 	Idempotent *bool `yaml:"idempotent"`
 
+	// Review classifies the tool for change sets (docs/CHANGESETS.md):
+	// immediate (the default) runs when called; deferred queues the call
+	// as an item of a change set for a person to confirm, reject or defer.
+	Review string `yaml:"review"`
+	// Summary is a template over args for an item's summary
+	// ("Set estimate to {{ args.minutes }} min"); without one heed writes
+	// tool(arg=value, ...).
+	Summary string `yaml:"summary"`
+	// Group is the heading the tool's items are shown under.
+	Group string `yaml:"group"`
+	// Check names a tool called with the item's args and before (as
+	// args.before) before a confirmed item is applied: it succeeds when
+	// the item is still current and fails, saying why, when its target
+	// changed since the proposal (the item is then not applied).
+	Check string `yaml:"check"`
+	// Explode makes a deferred batch tool's call one item per element of
+	// a list argument, each a call of a singular tool.
+	Explode *Explode `yaml:"explode"`
+
 	timeout time.Duration
+	summary *skill.Template
 	argv    []*skill.Template
 	program string
+}
+
+// Review classes.
+const (
+	ReviewImmediate = "immediate"
+	ReviewDeferred  = "deferred"
+)
+
+// Explode declares how a batch tool's call becomes one item per element:
+// each element of args[Field] is a call of Tool with the element's fields
+// (an element that is not an object is passed as "item") over the call's
+// other args.
+type Explode struct {
+	Field string `yaml:"field"`
+	Tool  string `yaml:"tool"`
+}
+
+// Deferred reports whether calls of the tool are queued for review.
+func (s *Spec) Deferred() bool { return s.Review == ReviewDeferred }
+
+// RenderSummary renders the tool's summary template for args; ok is false
+// when the tool has none or it fails (the caller writes its own).
+func (s *Spec) RenderSummary(args map[string]any) (string, bool) {
+	if s.summary == nil {
+		return "", false
+	}
+	out, err := s.summary.RenderString(map[string]any{"args": args})
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "", false
+	}
+	return out, true
 }
 
 // Timeout is the tool's time limit.
@@ -130,6 +181,11 @@ func Load(path string, src []byte) (*Registry, error) {
 		}
 		r.tools[name] = s
 	}
+	for name, s := range r.tools {
+		if err := s.checkRefs(r); err != nil {
+			problems = append(problems, fmt.Sprintf("tool %s: %v", name, err))
+		}
+	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		return nil, fmt.Errorf("%s: %s", path, strings.Join(problems, "; "))
@@ -137,9 +193,47 @@ func Load(path string, src []byte) (*Registry, error) {
 	return r, nil
 }
 
+// summaryNames are the variables a summary template may use.
+var summaryNames = map[string]any{"args": map[string]any{}}
+
+// checkRefs checks what a tool names of other tools.
+func (s *Spec) checkRefs(r *Registry) error {
+	if s.Check != "" {
+		if _, ok := r.tools[s.Check]; !ok || s.Check == s.Name {
+			return fmt.Errorf("check: %q is not another tool of this file", s.Check)
+		}
+	}
+	if x := s.Explode; x != nil {
+		if !s.Deferred() {
+			return errors.New("explode: only a deferred tool is exploded (set review: deferred)")
+		}
+		if x.Field == "" {
+			return errors.New("explode: field names the list argument to split")
+		}
+		if _, ok := r.tools[x.Tool]; !ok || x.Tool == s.Name {
+			return fmt.Errorf("explode: tool %q is not another tool of this file", x.Tool)
+		}
+	}
+	return nil
+}
+
 func (s *Spec) prepare(file, dir string) error {
 	if !toolNameRE.MatchString(s.Name) {
 		return errors.New("name: use letters, digits, '_' and '-'")
+	}
+	switch s.Review {
+	case "":
+		s.Review = ReviewImmediate
+	case ReviewImmediate, ReviewDeferred:
+	default:
+		return fmt.Errorf("review %q: use immediate or deferred", s.Review)
+	}
+	if s.Summary != "" {
+		t, err := skill.CompileTemplate(s.Summary, skill.Pos{File: file}, summaryNames)
+		if err != nil {
+			return fmt.Errorf("summary %q: %v", s.Summary, err)
+		}
+		s.summary = t
 	}
 	s.timeout = DefaultTimeout
 	if s.Timeout != "" {

@@ -35,7 +35,10 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-require github.com/heedhq/heed/services/confirm v0.0.0
+require (
+	github.com/heedhq/heed/services/changesets v0.0.0
+	github.com/heedhq/heed/services/confirm v0.0.0
+)
 
 require (
 	github.com/heedhq/heed/lib v0.0.0
@@ -55,6 +58,7 @@ replace (
 	github.com/heedhq/heed/events => ../../events
 	github.com/heedhq/heed/lib => ../../lib
 	github.com/heedhq/heed/schemas => ../../schemas
+	github.com/heedhq/heed/services/changesets => ../changesets
 	github.com/heedhq/heed/services/confirm => ../confirm
 	github.com/heedhq/heed/services/healer => ../healer
 	github.com/heedhq/heed/services/indexer => ../indexer

@@ -34,8 +34,11 @@ import (
 //	                     set), write the pid to args[1] (if given), sleep
 //	                     args[0] and print {"ok":true}
 //	HEED_FAIL_HELPER=1   write args[0] to stderr and exit 1
+//	HEED_TASK_HELPER=1   a task in $HEED_TASK_DIR (changeset_test.go)
 func TestMain(m *testing.M) {
 	switch {
+	case os.Getenv("HEED_TASK_HELPER") == "1":
+		os.Exit(taskHelper(os.Args[1:]))
 	case os.Getenv("HEED_SLEEP_HELPER") == "1":
 		if log := os.Getenv("HEED_CALL_LOG"); log != "" {
 			f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)

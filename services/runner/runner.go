@@ -143,6 +143,21 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Confirmed change-set items are applied with the same tools.
+	apl := &applier{bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
+	csCons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
+		Name:        ChangeSetConsumerName,
+		Description: "skill runner: applies the confirmed items of change sets",
+		Filters:     []string{"heed.changeset.*.decided"},
+		AckWait:     cfg.AckWait,
+		Workers:     cfg.Workers,
+		Logger:      rt.Log,
+		Middleware:  []events.Middleware{events.Retry(3, 20*time.Millisecond)},
+	}, apl.routes().Handle)
+	if err != nil {
+		cons.Stop(context.Background())
+		return err
+	}
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-runner-commands", Version: service.Version, Description: "heed skill runner commands: start, continue, retry, cancel"})
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
@@ -159,12 +174,13 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	rt.AddCheck("runner", func() any {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
-		return map[string]any{"consumer": cons.Stats(), "runs_cached": len(eng.runs), "tool_calls_in_flight": len(eng.inflight), "tools": reg.Names(), "tools_file": reg.File}
+		return map[string]any{"consumer": cons.Stats(), "changeset_consumer": csCons.Stats(), "runs_cached": len(eng.runs), "tool_calls_in_flight": len(eng.inflight), "tools": reg.Names(), "tools_file": reg.File}
 	})
 	<-ctx.Done()
 	_ = svc.Stop()
 	dctx, cancel := service.DrainContext()
 	defer cancel()
 	cons.Stop(dctx)
+	csCons.Stop(dctx)
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/heedhq/heed/services/changesets"
 	"github.com/heedhq/heed/services/escalator"
 	"strings"
 
@@ -14,7 +15,7 @@ import (
 
 // projections are every KV projection heed keeps; replay rebuilds each.
 func projections() []events.Projection {
-	return append(append([]events.Projection{indexer.Projection{}}, learner.Projections()...), &escalator.Projection{})
+	return append(append([]events.Projection{indexer.Projection{}}, learner.Projections()...), &escalator.Projection{}, &changesets.Projection{})
 }
 
 func newReplayCmd(g *globals) *cobra.Command {

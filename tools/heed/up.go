@@ -21,6 +21,7 @@ import (
 	"github.com/heedhq/heed/lib/embedded"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/tool"
+	"github.com/heedhq/heed/services/changesets"
 	"github.com/heedhq/heed/services/confirm"
 	"github.com/heedhq/heed/services/escalator"
 	"github.com/heedhq/heed/services/healer"
@@ -55,6 +56,9 @@ func landedServices(o upOptions) []struct {
 		{"escalator", func(ctx context.Context, rt *service.Runtime) error {
 			return escalator.Run(ctx, rt, escalator.Config{ConfigFile: o.escalationConfig})
 		}},
+		{"changesets", func(ctx context.Context, rt *service.Runtime) error {
+			return changesets.Run(ctx, rt, changesets.Config{ToolsFile: o.toolsFile, Expiry: o.changeSetExpiry})
+		}},
 	}
 }
 
@@ -77,7 +81,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var dataDir, listen, natsConfig, logLevel, toolsFile, rulesFile, healerConfig, escalationConfig, metricsListen, natsMonitor string
 	var health service.HealthConfig
 	var replicas int
-	var sweepEvery, sweepQuiet, abandonAfter time.Duration
+	var sweepEvery, sweepQuiet, abandonAfter, changeSetExpiry time.Duration
 	var syncAlways bool
 	var pprofListen string
 	var memLimitMiB int64
@@ -123,7 +127,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			}
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig, escalationConfig: escalationConfig,
-				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, syncAlways: syncAlways,
+				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, changeSetExpiry: changeSetExpiry, syncAlways: syncAlways,
 				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
 		},
@@ -136,6 +140,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
+	cmd.Flags().DurationVar(&changeSetExpiry, "changeset-expiry", events.DefaultChangeSetExpiry, "how long a change set's items wait for decisions before they expire (docs/CHANGESETS.md)")
 	cmd.Flags().StringVar(&escalationConfig, "escalation-config", "", "escalation config: tiers, risk rules, auto-approve rules, routing (default: built-in; see docs/ESCALATIONS.md)")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
 	for _, f := range []string{"tools", "rules", "healer-config", "escalation-config"} {
@@ -182,6 +187,7 @@ type upOptions struct {
 	escalationConfig                     string
 	replicas                             int
 	sweepEvery, sweepQuiet, abandonAfter time.Duration
+	changeSetExpiry                      time.Duration
 	syncAlways                           bool
 	metricsListen, natsMonitor           string
 	health                               service.HealthConfig

@@ -1,0 +1,338 @@
+package changesets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/changeset"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+)
+
+// commandTimeout bounds one command.
+const commandTimeout = 10 * time.Second
+
+func (s *service_) serve(ctx context.Context, rt *service.Runtime) (micro.Service, error) {
+	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-changesets-commands", Version: service.Version, Description: "heed change sets: propose, decide, status, list, history"})
+	if err != nil {
+		return nil, fmt.Errorf("register commands: %w", err)
+	}
+	v := s.bus.Codec().Validator()
+	g := svc.AddGroup(events.CommandPrefix + ".changeset")
+	for _, ep := range []struct {
+		name string
+		h    micro.Handler
+	}{
+		{"propose", command.Handler(ctx, v, command.ChangeSetPropose, commandTimeout, s.propose)},
+		{"decide", command.Handler(ctx, v, command.ChangeSetDecide, commandTimeout, s.decide)},
+		{"status", command.Handler(ctx, v, command.ChangeSetStatus, commandTimeout, s.status)},
+		{"list", command.Handler(ctx, v, command.ChangeSetList, commandTimeout, s.list)},
+		{"history", command.Handler(ctx, v, command.ChangeSetHistory, commandTimeout, s.history)},
+	} {
+		if err := g.AddEndpoint(ep.name, ep.h); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("register commands: %w", err)
+		}
+	}
+	return svc, nil
+}
+
+// propose turns the calls into items and writes one proposal per part.
+func (s *service_) propose(ctx context.Context, req *command.ProposeChangeSet) (any, error) {
+	items, err := changeset.Items(s.tools, req.Calls)
+	if err != nil {
+		var be *changeset.BuildError
+		if errors.As(err, &be) {
+			return nil, events.Errorf(events.CodeInvalidRequest, "%v: nothing was queued", be)
+		}
+		return nil, err
+	}
+	if strings.TrimSpace(req.Agent) == "" || strings.TrimSpace(req.Subject) == "" {
+		return nil, events.Errorf(events.CodeInvalidRequest, "a change set needs an agent and a subject")
+	}
+	base := req.ID
+	if base == "" {
+		base = "cs-" + strings.ToLower(ulid.Make().String())
+	}
+	if len(items) > events.MaxChangeItems && len(base) > events.MaxIDLength-8 {
+		return nil, events.Errorf(events.CodeInvalidRequest, "id %q leaves no room for the parts' suffix (-p<n>)", base)
+	}
+	expiry := s.cfg.Expiry
+	if req.ExpiresS > 0 {
+		expiry = time.Duration(req.ExpiresS * float64(time.Second))
+	}
+	ids, parts := changeset.Parts(base, items)
+	data := Proposals(req, ids, parts, s.now().Add(expiry))
+	reply := command.ProposeReply{}
+	for i, d := range data {
+		st, err := s.writeProposal(ctx, ids[i], d, req.ID != "")
+		if err != nil {
+			return nil, err
+		}
+		ps := command.ProposedSet{ID: st.ID, ExpiresAt: st.Proposal.ExpiresAt}
+		for _, it := range st.Items {
+			ps.Items = append(ps.Items, command.ChangeItemRef{ID: events.ChangeItemID(st.ID, it.Item), Item: it.Item, Tool: it.Tool, Summary: it.Summary, From: it.From})
+		}
+		reply.Sets = append(reply.Sets, ps)
+		reply.Queued += len(ps.Items)
+	}
+	reply.Message = QueuedMessage(reply)
+	return reply, nil
+}
+
+// Proposals are the proposed events' data for the parts of one proposal.
+func Proposals(req *command.ProposeChangeSet, ids []string, parts [][]events.ChangeItem, expiresAt time.Time) []events.ChangeSetProposedData {
+	out := make([]events.ChangeSetProposedData, len(parts))
+	by := req.ProposedBy
+	if strings.TrimSpace(by) == "" {
+		by = req.Agent
+	}
+	for i, p := range parts {
+		d := events.ChangeSetProposedData{Agent: req.Agent, Subject: req.Subject, Wake: req.Wake, RunID: req.RunID, Title: req.Title, Items: p,
+			ExpiresAt: expiresAt.UTC().Truncate(time.Millisecond), Reviewers: req.Reviewers, ProposedBy: by}
+		if len(parts) > 1 {
+			d.Part, d.Parts = i+1, len(parts)
+			for j, id := range ids {
+				if j != i {
+					d.Related = append(d.Related, id)
+				}
+			}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// QueuedMessage tells the agent what happened to its calls.
+func QueuedMessage(r command.ProposeReply) string {
+	ids := make([]string, len(r.Sets))
+	for i, s := range r.Sets {
+		ids[i] = s.ID
+	}
+	noun := "changes"
+	if r.Queued == 1 {
+		noun = "change"
+	}
+	return fmt.Sprintf("%d %s queued for review in %s; do not apply them yourself: confirmed items are applied by heed, and the decisions come back in decision_history", r.Queued, noun, strings.Join(ids, ", "))
+}
+
+// writeProposal writes a set's proposal unless the set exists: the same
+// content (a retried proposal) returns it, other content is a conflict.
+func (s *service_) writeProposal(ctx context.Context, id string, d events.ChangeSetProposedData, named bool) (*command.ChangeSetState, error) {
+	ev, err := events.NewEvent(events.ChangeSetProposed, id, id+"/proposed", Source, d)
+	if err != nil {
+		return nil, err
+	}
+	st := changeset.New(id)
+	if named {
+		existing, err := changeset.Load(ctx, s.bus, id)
+		switch {
+		case err == nil:
+			if !sameProposal(existing.Proposal, canonical(ev)) {
+				return nil, events.Errorf(events.CodeConflict, "change set %s exists with other content (agent %s, subject %s, %d items): a set is never proposed again", id, existing.Proposal.Agent, existing.Proposal.Subject, len(existing.Items))
+			}
+			return existing, nil
+		case events.CodeOf(err) != events.CodeNotFound:
+			return nil, err
+		}
+		st = existing
+	}
+	ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("changeset", id), Seq: st.Seq})
+	if err != nil {
+		if errors.Is(err, events.ErrStaleRead) {
+			return nil, events.Errorf(events.CodeConflict, "change set %s was written meanwhile; propose again to see it", id)
+		}
+		return nil, err
+	}
+	if ack.Duplicate {
+		return changeset.Load(ctx, s.bus, id)
+	}
+	if _, err := changeset.Apply(st, &ev, ack.Sequence); err != nil {
+		return nil, err
+	}
+	s.open.apply(*st)
+	return st, nil
+}
+
+// canonical is a proposal as the log holds it (JSON round trip).
+func canonical(ev events.Event) events.ChangeSetProposedData {
+	var d events.ChangeSetProposedData
+	_ = jsonUnmarshal(ev.Data(), &d)
+	return d
+}
+
+// sameProposal compares two proposals but for their expiry time (a retry
+// computes it again).
+func sameProposal(a, b events.ChangeSetProposedData) bool {
+	a.ExpiresAt, b.ExpiresAt = time.Time{}, time.Time{}
+	for i := range a.Items {
+		a.Items[i].Item = i + 1
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// decide writes one decided event for the named items that are still
+// pending; each item's first decision wins.
+func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (any, error) {
+	if req.All == (len(req.Items) > 0) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "name the items (items: [1, 2]) or all: true, not both")
+	}
+	if req.All && req.Verdict != events.VerdictConfirmed {
+		return nil, events.Errorf(events.CodeInvalidRequest, "all applies to confirmed only (confirm all); reject or defer items by number")
+	}
+	return events.RetryStale(ctx, 10, func() (any, error) {
+		st, err := changeset.Load(ctx, s.bus, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		items := req.Items
+		if req.All {
+			if items = changeset.Pending(st); len(items) == 0 && changeset.Open(st) {
+				return nil, events.Errorf(events.CodeConflict, "change set %s has no pending item", req.ID)
+			}
+		}
+		reply := command.DecideReply{ID: st.ID}
+		var decisions []events.ChangeDecision
+		var refusals []*events.ChangeRefusal
+		seen := map[int]bool{}
+		for _, n := range items {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			dec := events.ChangeDecision{Item: n, Verdict: req.Verdict, Reason: strings.TrimSpace(req.Reason)}
+			r := changeset.Judge(st, req.By, dec)
+			if r == nil {
+				decisions = append(decisions, dec)
+				continue
+			}
+			if r.Code == events.ChangeRefusedDecided {
+				w := r.Winner
+				reply.Already = append(reply.Already, command.ItemDecided{Item: n, Verdict: w.Verdict, By: w.By, Channel: w.Channel, Reason: changeset.Item(st, n).Reason})
+				continue
+			}
+			refusals = append(refusals, r)
+		}
+		if len(refusals) > 0 {
+			r := refusals[0]
+			code := events.CodeInvalidRequest
+			if r.Code == events.ChangeRefusedExpired {
+				code = events.CodeConflict
+			}
+			return nil, events.Errorf(code, "%s (%s): nothing was decided", r.Reason, r.Code)
+		}
+		if len(decisions) == 0 {
+			var parts []string
+			for _, a := range reply.Already {
+				parts = append(parts, fmt.Sprintf("item %d was already %s by %s%s", a.Item, a.Verdict, a.By, via(a.Channel)))
+			}
+			return nil, events.Errorf(events.CodeConflict, "change set %s: %s", st.ID, strings.Join(parts, "; "))
+		}
+		data := events.ChangeSetDecidedData{Decisions: decisions, By: req.By, Channel: req.Channel, All: req.All}
+		evID := st.ID + "/decided/" + strings.ToLower(ulid.Make().String())
+		ev, err := events.NewEvent(events.ChangeSetDecided, st.ID, evID, Source, data)
+		if err != nil {
+			return nil, err
+		}
+		ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("changeset", st.ID), Seq: st.Seq})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := changeset.Apply(st, &ev, ack.Sequence); err != nil {
+			return nil, err
+		}
+		s.open.apply(*st)
+		reply.EventID, reply.Status = ev.ID(), st.Status
+		for _, d := range decisions {
+			reply.Decided = append(reply.Decided, command.ItemDecided{Item: d.Item, Verdict: d.Verdict, Reason: d.Reason, By: req.By, Channel: req.Channel})
+		}
+		return reply, nil
+	})
+}
+
+func via(channel string) string {
+	if channel == "" {
+		return ""
+	}
+	return " via " + channel
+}
+
+func (s *service_) status(ctx context.Context, req *command.ChangeSetStatusRequest) (any, error) {
+	return changeset.Load(ctx, s.bus, req.ID)
+}
+
+// list answers from the index of open sets; all sets are read from the
+// bucket.
+func (s *service_) list(ctx context.Context, req *command.ListChangeSets) (any, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var sets []command.ChangeSetState
+	if !req.All {
+		sets = s.open.list(req.Agent, req.Subject)
+	} else {
+		lister, err := s.kv.ListKeysFiltered(ctx, "set.>")
+		if err != nil {
+			return nil, &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
+		}
+		for key := range lister.Keys() {
+			e, err := s.kv.Get(ctx, key)
+			if err != nil {
+				continue
+			}
+			var st command.ChangeSetState
+			if readmodel.Decode(e.Value(), &st) && matches(&st, req.Agent, req.Subject) {
+				sets = append(sets, st)
+			}
+		}
+		sortNewest(sets)
+	}
+	reply := command.ListChangeSetsReply{Sets: sets}
+	if len(sets) > limit {
+		reply.Sets, reply.More = sets[:limit], len(sets)-limit
+	}
+	if reply.Sets == nil {
+		reply.Sets = []command.ChangeSetState{}
+	}
+	return reply, nil
+}
+
+// history reads the agent's decisions from heed_changesets.
+func (s *service_) history(ctx context.Context, req *command.DecisionHistoryRequest) (any, error) {
+	var hist readmodel.AgentDecisions
+	e, err := s.kv.Get(ctx, readmodel.AgentDecisionsKey(req.Agent))
+	switch {
+	case err == nil:
+		readmodel.Decode(e.Value(), &hist)
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "read " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
+	}
+	return History(hist.Decisions, req), nil
+}
+
+// History is the reply of a history request from an agent's decisions
+// (oldest first, as heed_changesets keeps them).
+func History(decisions []command.ChangeDecisionRecord, req *command.DecisionHistoryRequest) command.DecisionHistoryReply {
+	var newest []command.ChangeDecisionRecord
+	for _, d := range slices.Backward(decisions) {
+		if req.Subject == "" || d.Subject == req.Subject {
+			newest = append(newest, d)
+		}
+	}
+	text, used, omitted := changeset.History(newest, req.Limit, req.BudgetTokens)
+	if used == nil {
+		used = []command.ChangeDecisionRecord{}
+	}
+	return command.DecisionHistoryReply{Agent: req.Agent, Subject: req.Subject, Text: text, Tokens: changeset.Tokens(text), Decisions: used, Omitted: omitted}
+}

@@ -1,0 +1,52 @@
+module github.com/heedhq/heed/services/changesets
+
+go 1.26.8
+
+require (
+	github.com/heedhq/heed/events v0.0.0
+	github.com/heedhq/heed/lib v0.0.0
+	github.com/nats-io/nats.go v1.55.0
+	github.com/oklog/ulid/v2 v2.1.2
+	github.com/spf13/pflag v1.0.9
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
+	github.com/expr-lang/expr v1.17.8 // indirect
+	github.com/heedhq/heed/schemas v0.0.0 // indirect
+	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1 // indirect
+	github.com/synadia-io/orbit.go/jetstreamext v0.3.2 // indirect
+	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
+
+// Local modules: the repository builds on its own, with or without go.work.
+replace (
+	github.com/heedhq/heed/client => ../../client
+	github.com/heedhq/heed/events => ../../events
+	github.com/heedhq/heed/lib => ../../lib
+	github.com/heedhq/heed/schemas => ../../schemas
+	github.com/heedhq/heed/services/confirm => ../confirm
+	github.com/heedhq/heed/services/indexer => ../indexer
+	github.com/heedhq/heed/services/learner => ../learner
+	github.com/heedhq/heed/services/runner => ../runner
+	github.com/heedhq/heed/tools => ../../tools
+)
