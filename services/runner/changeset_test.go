@@ -431,4 +431,3 @@ func TestChangeSetStaleItemNotApplied(t *testing.T) {
 		t.Errorf("history does not say the item was stale:\n%s", hist.Text)
 	}
 }
-
