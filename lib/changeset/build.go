@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
@@ -138,4 +139,28 @@ func Parts(base string, items []events.ChangeItem) (ids []string, parts [][]even
 		ids = append(ids, events.ChangeSetPartID(base, len(parts)))
 	}
 	return ids, parts
+}
+
+// Proposals are the proposed events' data of the parts of one proposal
+// (ids and parts from Parts); ProposedBy defaults to the agent.
+func Proposals(req *command.ProposeChangeSet, ids []string, parts [][]events.ChangeItem, expiresAt time.Time) []events.ChangeSetProposedData {
+	out := make([]events.ChangeSetProposedData, len(parts))
+	by := req.ProposedBy
+	if strings.TrimSpace(by) == "" {
+		by = req.Agent
+	}
+	for i, p := range parts {
+		d := events.ChangeSetProposedData{Agent: req.Agent, Subject: req.Subject, Wake: req.Wake, RunID: req.RunID, Title: req.Title, Items: p,
+			ExpiresAt: expiresAt.UTC().Truncate(time.Millisecond), Reviewers: req.Reviewers, ProposedBy: by}
+		if len(parts) > 1 {
+			d.Part, d.Parts = i+1, len(parts)
+			for j, id := range ids {
+				if j != i {
+					d.Related = append(d.Related, id)
+				}
+			}
+		}
+		out[i] = d
+	}
+	return out
 }

@@ -72,7 +72,7 @@ func (s *service_) propose(ctx context.Context, req *command.ProposeChangeSet) (
 		expiry = time.Duration(req.ExpiresS * float64(time.Second))
 	}
 	ids, parts := changeset.Parts(base, items)
-	data := Proposals(req, ids, parts, s.now().Add(expiry))
+	data := changeset.Proposals(req, ids, parts, s.now().Add(expiry))
 	reply := command.ProposeReply{}
 	for i, d := range data {
 		st, err := s.writeProposal(ctx, ids[i], d, req.ID != "")
@@ -88,29 +88,6 @@ func (s *service_) propose(ctx context.Context, req *command.ProposeChangeSet) (
 	}
 	reply.Message = QueuedMessage(reply)
 	return reply, nil
-}
-
-// Proposals are the proposed events' data for the parts of one proposal.
-func Proposals(req *command.ProposeChangeSet, ids []string, parts [][]events.ChangeItem, expiresAt time.Time) []events.ChangeSetProposedData {
-	out := make([]events.ChangeSetProposedData, len(parts))
-	by := req.ProposedBy
-	if strings.TrimSpace(by) == "" {
-		by = req.Agent
-	}
-	for i, p := range parts {
-		d := events.ChangeSetProposedData{Agent: req.Agent, Subject: req.Subject, Wake: req.Wake, RunID: req.RunID, Title: req.Title, Items: p,
-			ExpiresAt: expiresAt.UTC().Truncate(time.Millisecond), Reviewers: req.Reviewers, ProposedBy: by}
-		if len(parts) > 1 {
-			d.Part, d.Parts = i+1, len(parts)
-			for j, id := range ids {
-				if j != i {
-					d.Related = append(d.Related, id)
-				}
-			}
-		}
-		out[i] = d
-	}
-	return out
 }
 
 // QueuedMessage tells the agent what happened to its calls.

@@ -116,7 +116,7 @@ func (a *applier) applyItem(ctx context.Context, st *command.ChangeSetState, it 
 	if !known {
 		return fail(events.ErrorInfo{Kind: "not_found", Message: fmt.Sprintf("unknown tool %q (not in the runner's tools file)", it.Tool)}, false)
 	}
-	if spec.Check != "" {
+	if spec.Check != "" && len(it.Before) > 0 { // nothing to compare with otherwise
 		args := maps.Clone(it.Args)
 		if args == nil {
 			args = map[string]any{}

@@ -81,6 +81,8 @@ type decider struct {
 	tools                 *tool.Registry
 	learned               Learned
 	log                   *slog.Logger
+	// changeSetExpiry is how long a run's queued items wait for review.
+	changeSetExpiry time.Duration
 }
 
 // decide looks at the run and emits what must happen next, applying its
@@ -114,6 +116,7 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 		}
 		i := r.Next(d.healWait > 0)
 		if i == len(r.Steps) {
+			d.propose(r, em)
 			emit(events.RunCompleted, "completed", d.completion(r, em.now))
 			return done()
 		}
@@ -135,6 +138,12 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 		case runstate.StepStarted:
 			switch st.Kind {
 			case skill.KindTool:
+				if d.deferred(r, i) {
+					// Started, not queued yet (a crash between the two):
+					// a deferred tool is never called.
+					d.queue(r, i, ss.Attempt, ss.Args, em)
+					continue
+				}
 				if c := f.Calls(i, ss.Attempt); c == CallRunning || c == CallDone {
 					return done() // running (or its result is on the way)
 				}
@@ -242,6 +251,7 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 			// resumed for a retry whose new attempt is on its way.
 			idx, suffix := i, stepSuffix(i, ss.Attempt, "run-failed")
 			if !r.Applied(r.ID + "/" + suffix) {
+				d.propose(r, em)
 				emit(events.RunFailed, suffix, events.RunFailedData{Step: st.Name, Index: &idx, Error: *ss.Error, DurationMS: msBetween(r.RequestedAt, em.now)})
 			}
 			return done()
@@ -317,6 +327,18 @@ func (d *decider) startStep(r *runstate.Run, i, attempt int, args map[string]any
 			args = map[string]any{}
 		}
 		data.Args, data.ArgsTruncated = truncateMap(args, maxFieldBytes)
+		if d.deferred(r, i) {
+			// Not called: queued for review (deferred.go).
+			data.IdempotencyKey = ""
+			em.emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
+			if data.ArgsTruncated {
+				em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool,
+					Error: events.ErrorInfo{Message: fmt.Sprintf("args larger than %d bytes cannot be queued for review", maxFieldBytes), Kind: "review"}})
+				return
+			}
+			d.queue(r, i, attempt, args, em)
+			return
+		}
 		if d.learned != nil {
 			for _, w := range d.learned.Warnings(st.Tool, args, em.now) {
 				em.emit(events.RunWarning, stepSuffix(i, attempt, "warning/"+w.PatternID), events.RunWarningData{Step: st.Name, Index: i, Tool: st.Tool, PatternID: w.PatternID, Message: w.Message, Confidence: w.Confidence})

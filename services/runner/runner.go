@@ -46,6 +46,10 @@ type Config struct {
 	// may have no event before the sweep ends it with heed.run.abandoned.
 	// Default DefaultAbandonAfter; negative never abandons a run.
 	AbandonAfter time.Duration
+	// ChangeSetExpiry is how long the items a run queued for review
+	// (its calls of deferred tools) wait for decisions. Default
+	// events.DefaultChangeSetExpiry.
+	ChangeSetExpiry time.Duration
 	// MaxWaiting is how many runs waiting for an answer stay in memory
 	// (those that paused last); older ones are read from the log again
 	// when their answer comes. Default 1000.
@@ -107,6 +111,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	}
 	eng.metrics = rt.Metrics
 	eng.decider.healWait, eng.decider.healTimeout = max(cfg.HealWait, 0), cfg.HealTimeout
+	eng.decider.changeSetExpiry = cfg.ChangeSetExpiry
 	// Learned state the runner shows: known issues and pattern warnings.
 	for _, b := range readmodel.Specs(readmodel.FixesBucket, readmodel.PatternsBucket) {
 		if err := events.ProvisionBucket(ctx, rt.Bus.JetStream(), rt.Topology, b); err != nil {

@@ -167,6 +167,7 @@ failed steps and survive a crash of any process.
 		newEscalateCmd(g),
 		newHeldCmd(g),
 		newEscalationCmd(g),
+		newChangesCmd(g),
 		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),

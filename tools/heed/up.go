@@ -44,7 +44,7 @@ func landedServices(o upOptions) []struct {
 	}{
 		{"indexer", indexer.Run},
 		{"runner", func(ctx context.Context, rt *service.Runtime) error {
-			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile, SweepEvery: o.sweepEvery, SweepQuiet: o.sweepQuiet, AbandonAfter: o.abandonAfter})
+			return runner.Run(ctx, rt, runner.Config{ToolsFile: o.toolsFile, SweepEvery: o.sweepEvery, SweepQuiet: o.sweepQuiet, AbandonAfter: o.abandonAfter, ChangeSetExpiry: o.changeSetExpiry})
 		}},
 		{"confirm-router", func(ctx context.Context, rt *service.Runtime) error {
 			return confirm.Run(ctx, rt, confirm.Config{RulesFile: o.rulesFile})

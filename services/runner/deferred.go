@@ -1,0 +1,121 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/changeset"
+	"github.com/heedhq/heed/lib/runstate"
+	"github.com/heedhq/heed/lib/skill"
+)
+
+// A run's calls of deferred tools (review: deferred in the tools file) are
+// not made: each step completes at once with "queued for review" and the
+// ids of its items, and when the run ends (completed, or failed on a step)
+// the runner proposes them as the run's change set, <run-id>-cs (parts
+// <run-id>-cs-p2, ... past 10 items), for a person to review
+// (docs/CHANGESETS.md). A cancelled or abandoned run proposes nothing.
+
+// deferred reports whether step i calls a deferred tool.
+func (d *decider) deferred(r *runstate.Run, i int) bool {
+	st := r.Skill.Steps[i]
+	if st.Kind != skill.KindTool {
+		return false
+	}
+	spec, ok := d.tools.Get(st.Tool)
+	return ok && spec.Deferred()
+}
+
+// queuedBefore counts the items the run's deferred steps before step i
+// queued.
+func (d *decider) queuedBefore(r *runstate.Run, i int) int {
+	n := 0
+	for j := 0; j < i && j < len(r.Steps); j++ {
+		if r.Steps[j].Status == runstate.StepCompleted && d.deferred(r, j) {
+			n += len(queuedIDs(r.Steps[j].Output))
+		}
+	}
+	return n
+}
+
+// queuedIDs are the item ids a deferred step's output names.
+func queuedIDs(out any) []any {
+	m, _ := out.(map[string]any)
+	ids, _ := m["items"].([]any)
+	return ids
+}
+
+// queue completes a deferred step with the ids its items will have.
+func (d *decider) queue(r *runstate.Run, i, attempt int, args map[string]any, em *emitter) {
+	st := r.Skill.Steps[i]
+	items, err := changeset.Items(d.tools, []command.ProposedCall{{Tool: st.Tool, Args: args}})
+	if err != nil {
+		em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool,
+			Error: events.ErrorInfo{Message: "queue for review: " + strings.TrimPrefix(err.Error(), "call 1 ("+st.Tool+"): "), Kind: "review"}})
+		return
+	}
+	first := d.queuedBefore(r, i)
+	var ids []any
+	sets := map[string]bool{}
+	var setList []string
+	for k := range items {
+		set, item := runItem(r.ID, first+k+1)
+		ids = append(ids, events.ChangeItemID(set, item))
+		if !sets[set] {
+			sets[set] = true
+			setList = append(setList, set)
+		}
+	}
+	out := map[string]any{"queued": true, "change_set": setList[0], "items": ids,
+		"message": fmt.Sprintf("queued for review in %s (proposed when the run ends); not run", strings.Join(setList, ", "))}
+	em.emit(events.RunStepCompleted, stepSuffix(i, attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: attempt, Output: out})
+}
+
+// runItem places the run's n-th queued item (from 1): its set and number.
+func runItem(runID string, n int) (string, int) {
+	return events.ChangeSetPartID(events.RunChangeSetID(runID), (n-1)/events.MaxChangeItems+1), (n-1)%events.MaxChangeItems + 1
+}
+
+// propose adds the proposals of the run's queued items (none: nothing).
+// Their ids are fixed (<set-id>/proposed), so deciding the end again
+// after a crash proposes nothing twice.
+func (d *decider) propose(r *runstate.Run, em *emitter) {
+	var calls []command.ProposedCall
+	for i := range r.Steps {
+		if r.Steps[i].Status == runstate.StepCompleted && d.deferred(r, i) && len(queuedIDs(r.Steps[i].Output)) > 0 {
+			calls = append(calls, command.ProposedCall{Tool: r.Skill.Steps[i].Tool, Args: r.Steps[i].Args})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	items, err := changeset.Items(d.tools, calls)
+	if err != nil {
+		d.log.Error("rebuild the run's queued items", "run", r.ID, "err", err)
+		return
+	}
+	agent := r.Agent
+	if agent == "" {
+		agent = r.RequestedBy
+	}
+	if agent == "" {
+		agent = "heed/runner"
+	}
+	ids, parts := changeset.Parts(events.RunChangeSetID(r.ID), items)
+	expiry := d.changeSetExpiry
+	if expiry <= 0 {
+		expiry = events.DefaultChangeSetExpiry
+	}
+	req := &command.ProposeChangeSet{Agent: agent, Subject: "skill:" + r.SkillName, Wake: r.ID, RunID: r.ID, Title: "run " + r.ID + " of " + r.SkillName, ProposedBy: Source}
+	for k, data := range changeset.Proposals(req, ids, parts, em.now.Add(expiry)) {
+		ev, err := events.NewEvent(events.ChangeSetProposed, ids[k], ids[k]+"/proposed", Source, data)
+		if err != nil {
+			d.log.Error("build event", "type", events.ChangeSetProposed, "err", err)
+			return
+		}
+		em.other(ev)
+	}
+}
+
