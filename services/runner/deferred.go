@@ -118,4 +118,3 @@ func (d *decider) propose(r *runstate.Run, em *emitter) {
 		em.other(ev)
 	}
 }
-
