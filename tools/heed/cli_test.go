@@ -492,6 +492,9 @@ func TestHumanDuration(t *testing.T) {
 		59600 * time.Millisecond:                    "1m00s",
 		59*time.Minute + 59600*time.Millisecond:     "1h00m",
 		999600 * time.Microsecond:                   "1.0s",
+		47 * time.Hour:                              "47h00m",
+		7*24*time.Hour - time.Second:                "7d00h",
+		50*time.Hour + 31*time.Minute:               "2d03h",
 	} {
 		if got := humanDuration(d); got != want {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)

@@ -83,8 +83,12 @@ func humanDuration(d time.Duration) string {
 		d = d.Round(time.Second)
 		return neg + fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
 	}
-	d = d.Round(time.Minute)
-	return neg + fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	if d < 48*time.Hour-30*time.Second {
+		d = d.Round(time.Minute)
+		return neg + fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	d = d.Round(time.Hour)
+	return neg + fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }
 
 // msDuration turns a JSON number of milliseconds into a readable duration.
