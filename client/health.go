@@ -13,7 +13,7 @@ import (
 )
 
 // Services are heed's services, as `heed up` runs them.
-var Services = []string{"indexer", "runner", "confirm-router", "learner", "healer", "escalator"}
+var Services = []string{"indexer", "runner", "confirm-router", "learner", "healer", "escalator", "changesets"}
 
 // ServiceHealth is one service's answer to its health check.
 type ServiceHealth struct {

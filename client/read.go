@@ -219,3 +219,10 @@ func (c *Client) Run(ctx context.Context, id string) (*runstate.Run, error) {
 	}
 	return r, nil
 }
+
+// ChangeStats lists every agent's change-set decision counts per tool
+// (heed_changesets stats.<token>), agents in name order.
+func (c *Client) ChangeStats(ctx context.Context) ([]readmodel.ChangeStats, error) {
+	m, err := Values[readmodel.ChangeStats](ctx, c, readmodel.ChangeSetsBucket, func(k string) bool { return len(k) > 6 && k[:6] == "stats." })
+	return sortedValues(m, func(a, b readmodel.ChangeStats) bool { return a.Agent < b.Agent }), err
+}

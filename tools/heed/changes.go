@@ -222,7 +222,7 @@ func newHistoryCmd(g *globals) *cobra.Command {
 
 // newProposeCmd is heed changes propose: an agent's wake from a script.
 func newProposeCmd(g *globals) *cobra.Command {
-	var agent, subject, wake, title, file string
+	var id, agent, subject, wake, title, file string
 	var expires time.Duration
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -254,7 +254,7 @@ proposal (exit 2).`,
 			if err := dec.Decode(&calls); err != nil {
 				return badInput("--calls %s: a JSON array of {\"tool\", \"args\", \"summary\", \"before\"}: %v", file, err)
 			}
-			req := command.ProposeChangeSet{Agent: agent, Subject: subject, Wake: wake, Title: title, Calls: calls, ProposedBy: agent}
+			req := command.ProposeChangeSet{ID: id, Agent: agent, Subject: subject, Wake: wake, Title: title, Calls: calls, ProposedBy: agent}
 			if expires > 0 {
 				req.ExpiresS = expires.Seconds()
 			}
@@ -276,6 +276,7 @@ proposal (exit 2).`,
 			return nil
 		}),
 	}
+	cmd.Flags().StringVar(&id, "id", "", "the set's id (default: a new one); proposing the same id and calls again returns the set")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent proposing (required)")
 	cmd.Flags().StringVar(&subject, "subject", "", "what it works on: a task, a ticket, a repository (required)")
 	cmd.Flags().StringVar(&wake, "wake", "", "the agent wake that proposes")

@@ -194,7 +194,7 @@ var goPackages = map[string]string{
 	"events": "events", "readmodel": "events/readmodel", "command": "events/command",
 	"confirmation": "lib/confirmation", "runstate": "lib/runstate", "skill": "lib/skill",
 	"tool": "lib/tool", "service": "lib/service", "embedded": "lib/embedded",
-	"eventstest": "lib/eventstest", "client": "client",
+	"eventstest": "lib/eventstest", "client": "client", "changeset": "lib/changeset",
 }
 
 // TestDocsNameRealIdentifiers: every identifier of a heed package the docs

@@ -194,6 +194,16 @@ type statsReport struct {
 	Weekly         map[string]readmodel.Period `json:"weekly"`
 	Decisions      []readmodel.Decision        `json:"decisions"`
 	Escalations    escalationReport            `json:"escalations"`
+	ChangeSets     []changeToolReport          `json:"change_sets"`
+}
+
+// changeToolReport is one agent's items of one tool in heed stats: what
+// people decided, and whether the agent keeps proposing what is rejected.
+type changeToolReport struct {
+	Agent string `json:"agent"`
+	Tool  string `json:"tool"`
+	readmodel.ToolDecisions
+	KeepsProposingRejected bool `json:"keeps_proposing_rejected"`
 }
 
 // escalationReport is the Escalations section of heed stats.
@@ -321,6 +331,22 @@ func newStatsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			rep.Escalations = newEscalationReport(est)
+			cst, err := c.ChangeStats(ctx)
+			if err != nil {
+				return err
+			}
+			rep.ChangeSets = []changeToolReport{}
+			for _, a := range cst {
+				tools := make([]string, 0, len(a.Tools))
+				for t := range a.Tools {
+					tools = append(tools, t)
+				}
+				sort.Strings(tools)
+				for _, t := range tools {
+					d := a.Tools[t]
+					rep.ChangeSets = append(rep.ChangeSets, changeToolReport{Agent: a.Agent, Tool: t, ToolDecisions: d, KeepsProposingRejected: d.KeepsProposingRejected()})
+				}
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				printJSON(out, rep)
@@ -370,9 +396,36 @@ func newStatsCmd(g *globals) *cobra.Command {
 				t.Flush()
 			}
 			rep.Escalations.print(out)
+			printChangeStats(out, rep.ChangeSets)
 			return nil
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
+}
+
+// printChangeStats is the change-set section of heed stats: per agent and
+// tool, what people decided and applied; a tool whose items the agent
+// keeps proposing although they are rejected (3 rejections in a row) is
+// flagged with the last reason given.
+func printChangeStats(out io.Writer, rows []changeToolReport) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "change sets (per agent and tool):")
+	t := newTable(out)
+	t.row("", "AGENT", "TOOL", "PROPOSED", "CONFIRMED", "REJECTED", "DEFERRED", "EXPIRED", "APPLIED", "FAILED", "")
+	for _, r := range rows {
+		note := ""
+		if r.KeepsProposingRejected {
+			note = fmt.Sprintf("keeps proposing what is rejected (%d in a row", r.RejectedStreak)
+			if r.LastReason != "" {
+				note += fmt.Sprintf("; last reason: %q", truncate(r.LastReason, 60))
+			}
+			note += ")"
+		}
+		t.row("", truncate(r.Agent, 24), r.Tool, fmt.Sprintf("%5d", r.Proposed), fmt.Sprintf("%5d", r.Confirmed), fmt.Sprintf("%5d", r.Rejected),
+			fmt.Sprintf("%5d", r.Deferred), fmt.Sprintf("%5d", r.Expired), fmt.Sprintf("%5d", r.Applied), fmt.Sprintf("%5d", r.Failed), note)
+	}
+	t.Flush()
 }
