@@ -86,7 +86,7 @@ func TestChangesReviewAtTheTerminal(t *testing.T) {
 	p.waitScreen("item 2 deferred", 10*time.Second, func(sc string) bool { return strings.Contains(sc, "⏸ deferred by user:tmux-tester via terminal") })
 	p.press("a")
 	// The card is redrawn in place: the last frame is what counts.
-	sc = p.waitScreen("the set resolved and every confirmed item applied", 30*time.Second, func(sc string) bool {
+	p.waitScreen("the set resolved and every confirmed item applied", 30*time.Second, func(sc string) bool {
 		frame := sc[strings.LastIndex(sc, "✨"):]
 		return strings.Contains(frame, id+" · resolved") && strings.Count(frame, "· applied") == 5
 	})
