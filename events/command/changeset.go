@@ -145,6 +145,13 @@ type ChangeSetState struct {
 	Refused int `json:"refused,omitempty"`
 	// Seq is the log position of the last message of the set.
 	Seq uint64 `json:"seq"`
+	// VerdictSeq is the log position of the set's last message on a
+	// subject of one token after the id (heed.changeset.<id>.*: proposed,
+	// decided, refused, expired), not its apply.* events: a decision is
+	// written only if no other decision came since it read the set
+	// (guarded by this on heed.changeset.<id>.*), while the runner's
+	// results, which change no verdict, do not make it read again.
+	VerdictSeq uint64 `json:"verdict_seq,omitempty"`
 }
 
 // ListChangeSets lists sets (heed.cmd.changeset.list): open ones (pending

@@ -47,6 +47,7 @@ type service_ struct {
 	kv    jetstream.KeyValue
 	log   *slog.Logger
 	open  *openIndex
+	cache *setCache
 	now   func() time.Time
 }
 
@@ -84,7 +85,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 	}
-	s := &service_{cfg: cfg, tools: reg, bus: rt.Bus, kv: kv, log: rt.Log, open: newOpenIndex(), now: time.Now}
+	s := &service_{cfg: cfg, tools: reg, bus: rt.Bus, kv: kv, log: rt.Log, open: newOpenIndex(), cache: newSetCache(4096), now: time.Now}
 	// The index of open sets starts from the projection, which the
 	// projector then carries on from where it stopped.
 	if err := s.open.load(ctx, kv); err != nil {
@@ -135,8 +136,16 @@ func (s *service_) routes() *events.Routes {
 // judgeDecided writes heed.changeset.refused for the decisions of a
 // decided event that did not take effect (judged against the set as the
 // log held it just before the event). heed's own decide command writes
-// only decisions that take effect, so this speaks for outside writers.
+// only decisions that take effect, so this speaks for outside writers
+// (a decided event whose source is not heed/changesets).
 func (s *service_) judgeDecided(ctx context.Context, d *events.Delivery, dec *events.ChangeSetDecidedData) ([]events.Event, error) {
+	if d.Event.Source() == Source {
+		// Written by heed.cmd.changeset.decide, which writes only what
+		// takes effect. (A writer that borrows this source is judged by
+		// every reader's fold all the same; it only goes without the
+		// refused event that would say so.)
+		return nil, nil
+	}
 	id := d.Event.Subject()
 	st, err := changeset.LoadUntil(ctx, s.bus, id, d.Seq)
 	if err != nil && events.CodeOf(err) != events.CodeNotFound {

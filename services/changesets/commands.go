@@ -137,6 +137,8 @@ func (s *service_) writeProposal(ctx context.Context, id string, d events.Change
 	if _, err := changeset.Apply(st, &ev, ack.Sequence); err != nil {
 		return nil, err
 	}
+	st.VerdictSeq = ack.Sequence
+	s.cache.put(st)
 	s.open.apply(*st)
 	return st, nil
 }
@@ -167,10 +169,18 @@ func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (an
 	if req.All && req.Verdict != events.VerdictConfirmed {
 		return nil, events.Errorf(events.CodeInvalidRequest, "all applies to confirmed only (confirm all); reject or defer items by number")
 	}
-	return events.RetryStale(ctx, 10, func() (any, error) {
-		st, err := changeset.Load(ctx, s.bus, req.ID)
-		if err != nil {
-			return nil, err
+	// Deciding items of one set at once is expected (reviewers, confirm
+	// all): in this process they take turns on the set's lock, from the
+	// cached copy; a race lost to another writer reads again and decides
+	// what is still pending.
+	defer s.cache.lock(req.ID)()
+	return events.RetryStale(ctx, 20, func() (any, error) {
+		st := s.cache.get(req.ID)
+		if st == nil {
+			var err error
+			if st, err = changeset.Load(ctx, s.bus, req.ID); err != nil {
+				return nil, err
+			}
 		}
 		items := req.Items
 		if req.All {
@@ -221,13 +231,16 @@ func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (an
 		if err != nil {
 			return nil, err
 		}
-		ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("changeset", st.ID), Seq: st.Seq})
+		ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: changeset.VerdictSubject(st.ID), Seq: st.VerdictSeq})
 		if err != nil {
+			s.cache.drop(st.ID)
 			return nil, err
 		}
 		if _, err := changeset.Apply(st, &ev, ack.Sequence); err != nil {
 			return nil, err
 		}
+		st.VerdictSeq = ack.Sequence
+		s.cache.put(st)
 		s.open.apply(*st)
 		reply.EventID, reply.Status = ev.ID(), st.Status
 		for _, d := range decisions {

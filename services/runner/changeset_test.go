@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,7 +96,7 @@ func taskHelper(args []string) int {
 // taskTools is a tools file of the seed's task tools over a task in dir.
 func taskTools(t *testing.T, dir string, slow time.Duration) string {
 	env := fmt.Sprintf(`{GORACE: "atexit_sleep_ms=0", HEED_TASK_HELPER: "1", HEED_TASK_DIR: %q, HEED_TASK_SLEEP: %q}`, dir, slow.String())
-	return writeTools(t, `
+	text := strings.ReplaceAll(`tools:
   set_task_title:
     command: SELF
     set_env: `+env+`
@@ -129,7 +130,12 @@ func taskTools(t *testing.T, dir string, slow time.Duration) string {
     command: SELF
     set_env: `+env+`
     args: ["report", "{{ args.text }}"]
-`)
+`, "SELF", strconv.Quote(self(t)))
+	path := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func writeTask(t *testing.T, dir string, tk task) {

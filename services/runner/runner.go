@@ -149,7 +149,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		return err
 	}
 	// Confirmed change-set items are applied with the same tools.
-	apl := &applier{bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
+	apl := &applier{sets: newSetStates(2048), bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
 	csCons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ChangeSetConsumerName,
 		Description: "skill runner: applies the confirmed items of change sets",
