@@ -41,6 +41,7 @@ replace (
 	github.com/heedhq/heed/client => ../client
 	github.com/heedhq/heed/lib => ../lib
 	github.com/heedhq/heed/schemas => ../schemas
+	github.com/heedhq/heed/services/changesets => ../services/changesets
 	github.com/heedhq/heed/services/confirm => ../services/confirm
 	github.com/heedhq/heed/services/healer => ../services/healer
 	github.com/heedhq/heed/services/indexer => ../services/indexer

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/changeset"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/service"
@@ -135,6 +136,7 @@ func TestExpiresOnceAcrossRestart(t *testing.T) {
 	stop := r.start("changesets")
 	p := r.propose(command.ProposeChangeSet{Calls: []command.ProposedCall{title("a"), title("b")}, ExpiresS: 1.5})
 	id := p.Sets[0].ID
+	untouched := r.propose(command.ProposeChangeSet{Calls: []command.ProposedCall{title("u")}, ExpiresS: 1.5}).Sets[0].ID
 	must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{1}, Verdict: events.VerdictConfirmed, By: "user:alice"})
 	stop()
 	time.Sleep(2 * time.Second) // the time passes while no service runs
@@ -154,8 +156,13 @@ func TestExpiresOnceAcrossRestart(t *testing.T) {
 		return nil
 	})
 	time.Sleep(500 * time.Millisecond) // both instances looked
-	if n := r.count(id, events.ChangeSetExpired); n != 1 {
-		t.Fatalf("%d expired events, want exactly 1", n)
+	for _, set := range []string{id, untouched} {
+		if n := r.count(set, events.ChangeSetExpired); n != 1 {
+			t.Fatalf("%s: %d expired events, want exactly 1", set, n)
+		}
+	}
+	if st := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: untouched}); st.Status != events.SetExpired || st.Items[0].Status != events.ItemExpired {
+		t.Fatalf("the untouched set: %+v", st)
 	}
 	_, e := call[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{2}, Verdict: events.VerdictConfirmed, By: "user:alice"})
 	if e == nil || e.Code != events.CodeConflict || !strings.Contains(e.Message, "expired") {
@@ -310,5 +317,37 @@ func TestReviewersAndOutsideDecisions(t *testing.T) {
 	}
 	if st.Items[0].Status != events.VerdictConfirmed || st.Refused != 2 {
 		t.Fatalf("state after the outside decision: %+v", st)
+	}
+}
+
+// TestKeepsProposingRejected: an agent whose items of one tool are
+// rejected three times in a row is flagged in its counts (heed stats
+// shows them); a confirmation of that tool clears the streak.
+func TestKeepsProposingRejected(t *testing.T) {
+	r := newRig(t)
+	r.start("changesets")
+	for i := range 3 {
+		id := r.propose(command.ProposeChangeSet{Calls: []command.ProposedCall{{Tool: "set_task_priority", Args: map[string]any{"priority": "P1"}}, title(fmt.Sprint(i))}}).Sets[0].ID
+		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{1}, Verdict: events.VerdictRejected, Reason: fmt.Sprintf("not P1 (%d)", i), By: "user:alice"})
+		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{2}, Verdict: events.VerdictConfirmed, By: "user:alice"})
+	}
+	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st readmodel.ChangeStats
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		e, err := kv.Get(context.Background(), readmodel.ChangeStatsKey("agent:laura"))
+		if err != nil || !readmodel.Decode(e.Value(), &st) {
+			return fmt.Errorf("no stats yet (%v)", err)
+		}
+		if st.Tools["set_task_priority"].Rejected != 3 {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
+	prio, ttl := st.Tools["set_task_priority"], st.Tools["set_task_title"]
+	if !prio.KeepsProposingRejected() || prio.LastReason != "not P1 (2)" || prio.Proposed != 3 || ttl.KeepsProposingRejected() || ttl.Confirmed != 3 {
+		t.Fatalf("stats %+v", st)
 	}
 }

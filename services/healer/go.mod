@@ -54,6 +54,7 @@ replace (
 	github.com/heedhq/heed/events => ../../events
 	github.com/heedhq/heed/lib => ../../lib
 	github.com/heedhq/heed/schemas => ../../schemas
+	github.com/heedhq/heed/services/changesets => ../changesets
 	github.com/heedhq/heed/services/confirm => ../confirm
 	github.com/heedhq/heed/services/indexer => ../indexer
 	github.com/heedhq/heed/services/learner => ../learner

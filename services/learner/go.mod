@@ -52,6 +52,7 @@ replace (
 	github.com/heedhq/heed/events => ../../events
 	github.com/heedhq/heed/lib => ../../lib
 	github.com/heedhq/heed/schemas => ../../schemas
+	github.com/heedhq/heed/services/changesets => ../changesets
 	github.com/heedhq/heed/services/confirm => ../confirm
 	github.com/heedhq/heed/services/healer => ../healer
 	github.com/heedhq/heed/services/indexer => ../indexer
