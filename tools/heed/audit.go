@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/heedhq/heed/events"
@@ -76,6 +78,31 @@ in JSON format, one per line.`,
 			}
 			for _, cid := range confirms {
 				if err := read(events.SubjectFilter("confirm", cid)); err != nil {
+					return err
+				}
+			}
+			// And the change sets its queued calls were proposed as.
+			sets := map[string]bool{}
+			for _, it := range items {
+				if it.ev == nil || events.Type(it.ev.Type()) != events.RunStepCompleted {
+					continue
+				}
+				var d struct {
+					Output struct {
+						Items []string `json:"items"`
+					} `json:"output"`
+				}
+				if json.Unmarshal(it.ev.Data(), &d) != nil {
+					continue
+				}
+				for _, ref := range d.Output.Items {
+					if set, _, ok := events.ParseChangeItemID(ref); ok && set != id {
+						sets[set] = true
+					}
+				}
+			}
+			for _, set := range slices.Sorted(maps.Keys(sets)) {
+				if err := read(events.SubjectFilter("changeset", set)); err != nil {
 					return err
 				}
 			}

@@ -163,6 +163,46 @@ func summarize(ev *events.Event) string {
 		add("", s("error_pattern"))
 		add("→ ", s("description"))
 		add("from ", s("source"))
+	case events.ChangeSetProposed:
+		add("by ", s("agent"))
+		add("on ", s("subject"))
+		if items, ok := d["items"].([]any); ok {
+			add("", fmt.Sprintf("%d items", len(items)))
+		}
+		add("expires ", s("expires_at"))
+	case events.ChangeSetDecided:
+		if decs, ok := d["decisions"].([]any); ok {
+			var ds []string
+			for _, x := range decs {
+				if m, ok := x.(map[string]any); ok {
+					ds = append(ds, fmt.Sprintf("%v %v", m["item"], m["verdict"]))
+				}
+			}
+			add("", strings.Join(ds, ", "))
+		}
+		add("by ", s("by"))
+		add("on ", s("channel"))
+	case events.ChangeSetRefused:
+		add("decision ", s("decision_id"))
+		add("by ", s("by"))
+		add("refused ", compact([]byte(s("refused")), 100))
+	case events.ChangeSetExpired:
+		add("pending ", s("items"))
+	case events.ChangeApplyStarted:
+		add("item ", s("item"))
+		add("", s("tool"))
+		add("key ", s("idempotency_key"))
+	case events.ChangeApplyCompleted:
+		add("item ", s("item"))
+		add("→ ", compact([]byte(s("output")), 80))
+	case events.ChangeApplyFailed:
+		add("item ", s("item"))
+		if s("stale") == "true" {
+			parts = append(parts, "stale")
+		}
+		if e, ok := d["error"].(map[string]any); ok {
+			add("", truncate(firstLine(fmt.Sprint(e["message"])), 100))
+		}
 	default:
 		return compact(ev.Data(), 160)
 	}
