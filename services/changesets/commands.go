@@ -138,7 +138,7 @@ func (s *service_) writeProposal(ctx context.Context, id string, d events.Change
 		return nil, err
 	}
 	st.VerdictSeq = ack.Sequence
-	s.cache.put(st)
+	s.cache.Put(st)
 	s.open.apply(*st)
 	return st, nil
 }
@@ -175,7 +175,7 @@ func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (an
 	// what is still pending.
 	defer s.cache.lock(req.ID)()
 	return events.RetryStale(ctx, 20, func() (any, error) {
-		st := s.cache.get(req.ID)
+		st := s.cache.Get(req.ID)
 		if st == nil {
 			var err error
 			if st, err = changeset.Load(ctx, s.bus, req.ID); err != nil {
@@ -233,14 +233,14 @@ func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (an
 		}
 		ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: changeset.VerdictSubject(st.ID), Seq: st.VerdictSeq})
 		if err != nil {
-			s.cache.drop(st.ID)
+			s.cache.Drop(st.ID)
 			return nil, err
 		}
 		if _, err := changeset.Apply(st, &ev, ack.Sequence); err != nil {
 			return nil, err
 		}
 		st.VerdictSeq = ack.Sequence
-		s.cache.put(st)
+		s.cache.Put(st)
 		s.open.apply(*st)
 		reply.EventID, reply.Status = ev.ID(), st.Status
 		for _, d := range decisions {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -34,7 +33,7 @@ const ChangeSetConsumerName = "runner-changesets"
 type applier struct {
 	// sets are the sets this runner read last, as of their Seq: the next
 	// read of one asks the log only for what came after (changeset.Refresh).
-	sets    *setStates
+	sets    *changeset.Cache
 	bus     *events.Bus
 	invoker *tool.Invoker
 	ackWait time.Duration
@@ -59,15 +58,18 @@ func (a *applier) applySet(ctx context.Context, d *events.Delivery, id string) e
 	stop := a.heartbeat(d)
 	defer stop()
 	for {
-		st := a.sets.get(id)
+		st := a.sets.Get(id)
+		if st == nil {
+			st = changeset.New(id)
+		}
 		if err := changeset.Refresh(ctx, a.bus, st); err != nil {
-			a.sets.drop(id)
+			a.sets.Drop(id)
 			return err
 		}
 		if !changeset.Proposed(st) {
 			return nil // decisions without a proposal decide nothing
 		}
-		a.sets.put(st)
+		a.sets.Put(st)
 		todo := changeset.ToApply(st)
 		if len(todo) == 0 {
 			return nil
@@ -162,7 +164,7 @@ func (a *applier) write(ctx context.Context, st *command.ChangeSetState, t event
 	if ack.Duplicate {
 		// Written before (a crash, another runner): what the log holds
 		// stands; read it again rather than folding this copy.
-		a.sets.drop(st.ID)
+		a.sets.Drop(st.ID)
 		return nil
 	}
 	// The set's read position moves past our own write only if nothing
@@ -170,65 +172,9 @@ func (a *applier) write(ctx context.Context, st *command.ChangeSetState, t event
 	// starts from the old position and sees both.
 	if ack.Sequence == st.Seq+1 {
 		_, err = changeset.Apply(st, &ev, ack.Sequence)
-		a.sets.put(st)
+		a.sets.Put(st)
 		return err
 	}
 	_, err = changeset.Apply(st, &ev, 0)
 	return err
-}
-
-// setStates is a bounded cache of sets read (oldest dropped).
-type setStates struct {
-	mu    sync.Mutex
-	sets  map[string]*command.ChangeSetState
-	order []string
-	max   int
-}
-
-func newSetStates(max int) *setStates {
-	return &setStates{sets: map[string]*command.ChangeSetState{}, max: max}
-}
-
-// get returns a copy of the cached set, or a new state to read from the
-// start.
-func (c *setStates) get(id string) *command.ChangeSetState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st, ok := c.sets[id]
-	if !ok {
-		return changeset.New(id)
-	}
-	cp := *st
-	cp.Items = append([]command.ChangeItemState(nil), st.Items...)
-	return &cp
-}
-
-func (c *setStates) put(st *command.ChangeSetState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.sets[st.ID]; !ok {
-		c.order = append(c.order, st.ID)
-	}
-	cp := *st
-	cp.Items = append([]command.ChangeItemState(nil), st.Items...)
-	c.sets[st.ID] = &cp
-	for len(c.sets) > c.max && len(c.order) > 0 {
-		delete(c.sets, c.order[0])
-		c.order = c.order[1:]
-	}
-	if len(c.order) > 4*c.max {
-		kept := c.order[:0]
-		for _, id := range c.order {
-			if _, ok := c.sets[id]; ok {
-				kept = append(kept, id)
-			}
-		}
-		c.order = kept
-	}
-}
-
-func (c *setStates) drop(id string) {
-	c.mu.Lock()
-	delete(c.sets, id)
-	c.mu.Unlock()
 }

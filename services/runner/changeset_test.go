@@ -304,18 +304,8 @@ func TestChangeSetReviewedAndAppliedOnceAcrossKill(t *testing.T) {
 	}
 
 	second, _ := runnerProcess(t, bin, h.env.URL(), tools, "runner 2")
-	secondDone := make(chan error, 1)
-	go func() { secondDone <- second.Wait() }()
-	defer func() {
-		_ = second.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-secondDone:
-		case <-time.After(15 * time.Second):
-			t.Errorf("runner 2 did not stop on SIGTERM")
-			_ = second.Process.Kill()
-			<-secondDone
-		}
-	}()
+	stop, _ := stopOnSIGTERM(t, second)
+	defer stop()
 	st = h.waitSet(id, 30*time.Second, "applied", func(st *command.ChangeSetState) bool { return len(changeset.ToApply(st)) == 0 })
 	for _, it := range st.Items {
 		want := map[int]string{1: events.ApplyApplied, 3: events.ApplyApplied, 4: events.ApplyApplied, 5: events.ApplyApplied, 6: events.ApplyApplied}[it.Item]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/changeset"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/micro"
@@ -149,7 +150,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		return err
 	}
 	// Confirmed change-set items are applied with the same tools.
-	apl := &applier{sets: newSetStates(2048), bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
+	apl := &applier{sets: changeset.NewCache(2048), bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
 	csCons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ChangeSetConsumerName,
 		Description: "skill runner: applies the confirmed items of change sets",
