@@ -60,6 +60,9 @@ type Offer struct {
 	// member uses (the escalator's config); a member with none listed is
 	// reachable on any.
 	Channels map[string][]string `json:"channels,omitempty"`
+	// Remember says the request lets a person's choice be remembered for
+	// its skill step (learn_preference): a channel may offer "remember".
+	Remember bool `json:"remember,omitempty"`
 }
 
 // OnChannel reports whether the offer may be shown to who on channel:
@@ -79,6 +82,7 @@ func NewOffer(st *confirmation.State) Offer {
 	o.Title, o.Message, o.Skill, o.Step, o.RunID = req.Title, req.Message, req.Skill, req.Step, req.RunID
 	o.Default = confirmation.DefaultChoice(req)
 	o.Approvers = slices.Clone(req.Approvers)
+	o.Remember = req.LearnPreference && req.Skill != "" && req.Step != ""
 	for _, opt := range req.Options {
 		o.Options = append(o.Options, Option{Label: opt.Label, Value: opt.Value})
 	}

@@ -26,6 +26,9 @@ command -v zenity >/dev/null 2>&1 || need+=(zenity)
 command -v xdotool >/dev/null 2>&1 || need+=(xdotool)
 command -v import >/dev/null 2>&1 || need+=(imagemagick)
 command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
+# The web console's tests (tools/console) drive Debian's Chromium headless
+# (chromedp, from the Go module proxy).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

@@ -168,6 +168,7 @@ failed steps and survive a crash of any process.
 		newHeldCmd(g),
 		newEscalationCmd(g),
 		newChangesCmd(g),
+		newConsoleCmd(g),
 		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),

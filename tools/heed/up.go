@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	heedclient "github.com/heedhq/heed/client"
 	"log/slog"
 	"math"
 	"net"
@@ -83,6 +84,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var replicas int
 	var sweepEvery, sweepQuiet, abandonAfter, changeSetExpiry time.Duration
 	var syncAlways bool
+	var cons consoleOptions
 	var pprofListen string
 	var memLimitMiB int64
 	cmd := &cobra.Command{
@@ -119,6 +121,11 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			if err := checkEscalationConfig(escalationConfig); err != nil {
 				return err
 			}
+			if cons.listen != "" {
+				if _, _, err := cons.check("console-"); err != nil {
+					return err
+				}
+			}
 			log := service.NewLogger(os.Stderr, logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
@@ -127,7 +134,7 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 			}
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig, escalationConfig: escalationConfig,
-				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, changeSetExpiry: changeSetExpiry, syncAlways: syncAlways,
+				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, changeSetExpiry: changeSetExpiry, console: cons, syncAlways: syncAlways,
 				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
 			}, cmd.OutOrStdout())
 		},
@@ -140,6 +147,8 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools file for the runner (see docs/SKILLS.md)")
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "confirmation rules for the confirm router (see docs/CONFIRMATIONS.md)")
 	cmd.Flags().StringVar(&healerConfig, "healer-config", "", "healer patterns file (default: built-in patterns; see docs/HEALING.md)")
+	cmd.Flags().StringVar(&cons.listen, "console-listen", "", "serve the web console on this host:port (needs --console-users; docs/CONSOLE.md)")
+	cons.flags(cmd, "console-")
 	cmd.Flags().DurationVar(&changeSetExpiry, "changeset-expiry", events.DefaultChangeSetExpiry, "how long a change set's items wait for decisions before they expire (docs/CHANGESETS.md)")
 	cmd.Flags().StringVar(&escalationConfig, "escalation-config", "", "escalation config: tiers, risk rules, auto-approve rules, routing (default: built-in; see docs/ESCALATIONS.md)")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
@@ -188,6 +197,7 @@ type upOptions struct {
 	replicas                             int
 	sweepEvery, sweepQuiet, abandonAfter time.Duration
 	changeSetExpiry                      time.Duration
+	console                              consoleOptions
 	syncAlways                           bool
 	metricsListen, natsMonitor           string
 	health                               service.HealthConfig
@@ -358,6 +368,19 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		} else {
 			fmt.Fprintf(out, "heed: metrics on http://%s/metrics\n", addr)
 		}
+	}
+	if o.console.listen != "" && runCtx.Err() == nil {
+		addr, err := upConsole(runCtx, url, o.console, log)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			for _, rt := range rts {
+				rt.Close()
+			}
+			stopServer()
+			return err
+		}
+		fmt.Fprintf(out, "heed: console on %s\n", addr)
 	}
 	if runCtx.Err() == nil {
 		fmt.Fprintf(out, "heed: services running: %v\n", names)
@@ -543,4 +566,29 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// upConsole serves the web console in heed up's process, on a client
+// connection of its own (it is a channel, not a service).
+func upConsole(ctx context.Context, url string, o consoleOptions, log *slog.Logger) (string, error) {
+	users, routing, err := o.check("console-")
+	if err != nil {
+		return "", err
+	}
+	c, err := heedclient.Connect(ctx, url, heedclient.Name("heed-console"), heedclient.Source("heed/console"))
+	if err != nil {
+		return "", err
+	}
+	addr, done, err := startConsole(ctx, c, o, users, routing, log.With("service", "console"))
+	if err != nil {
+		c.Close()
+		return "", err
+	}
+	go func() {
+		if err := <-done; err != nil && ctx.Err() == nil {
+			log.Error("console stopped", "err", err)
+		}
+		c.Close()
+	}()
+	return addr, nil
 }

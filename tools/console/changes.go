@@ -1,0 +1,189 @@
+package console
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/changeset"
+	"github.com/nats-io/nats.go"
+)
+
+// mayReview says whether a person may decide a set: anyone when it names
+// no reviewers, else one of them.
+func mayReview(st *command.ChangeSetState, who string) bool {
+	return len(st.Proposal.Reviewers) == 0 || slices.Contains(st.Proposal.Reviewers, who)
+}
+
+// setView is a set as the card and the detail show it.
+type setView struct {
+	*command.ChangeSetState
+	Pending int
+	Groups  []itemGroup
+	MayDo   bool
+	Expires string
+}
+
+type itemGroup struct {
+	Name  string
+	Items []itemView
+}
+
+type itemView struct {
+	command.ChangeItemState
+	SetID   string
+	Preview []change
+	Open    bool
+}
+
+// change is one field's before → after.
+type change struct{ Field, Before, After string }
+
+func viewOf(st *command.ChangeSetState, who string) setView {
+	v := setView{ChangeSetState: st, Pending: len(changeset.Pending(st)), MayDo: mayReview(st, who) && changeset.Open(st)}
+	if changeset.Open(st) {
+		v.Expires = time.Until(st.Proposal.ExpiresAt).Round(time.Minute).String()
+	}
+	for _, it := range st.Items {
+		iv := itemView{ChangeItemState: it, SetID: st.ID, Open: it.Status == events.ItemPending && v.MayDo}
+		for k, was := range it.Before {
+			if now, ok := it.Args[k]; ok {
+				iv.Preview = append(iv.Preview, change{k, show(was), show(now)})
+			}
+		}
+		sort.Slice(iv.Preview, func(i, j int) bool { return iv.Preview[i].Field < iv.Preview[j].Field })
+		if n := len(v.Groups); n == 0 || v.Groups[n-1].Name != it.Group {
+			v.Groups = append(v.Groups, itemGroup{Name: it.Group})
+		}
+		g := &v.Groups[len(v.Groups)-1]
+		g.Items = append(g.Items, iv)
+	}
+	return v
+}
+
+func show(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "—"
+	case string:
+		return x
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func (s *Server) changesPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	all := r.URL.Query().Get("all") == "1"
+	rep, err := s.c.ChangeSets(r.Context(), command.ListChangeSets{All: all, Limit: 200})
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
+	var views []setView
+	for i := range rep.Sets {
+		st := &rep.Sets[i]
+		if mayReview(st, sess.user.Identity) || all {
+			views = append(views, viewOf(st, sess.user.Identity))
+		}
+	}
+	s.renderPage(w, "changes.html", "Change sets", "changes", sess, map[string]any{"Sets": views, "All": all, "More": rep.More})
+}
+
+func (s *Server) changeSetPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	st, err := s.c.ChangeSet(r.Context(), r.PathValue("id"))
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
+	s.renderPage(w, "changeset.html", "Change set "+st.ID, "changes", sess, viewOf(&st, sess.user.Identity))
+}
+
+// changeSetEvents sends the set's card again whenever anything happens
+// to it (a decision from any channel, a result).
+func (s *Server) changeSetEvents(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		jsonError(w, http.StatusBadRequest, "not a change set id")
+		return
+	}
+	changed := make(chan *nats.Msg, 64)
+	sub, err := s.c.Conn().ChanSubscribe(events.SubjectFilter("changeset", id), changed)
+	if err != nil {
+		jsonError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	send := func() error {
+		st, err := s.c.ChangeSet(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		return out.send("card", map[string]string{"html": s.fragment("setdetail", viewOf(&st, sess.user.Identity))})
+	}
+	if send() != nil {
+		return
+	}
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			if out.ping() != nil {
+				return
+			}
+		case <-changed:
+			// A burst (confirm all, results) is one redraw.
+			time.Sleep(30 * time.Millisecond)
+			for len(changed) > 0 {
+				<-changed
+			}
+			if send() != nil {
+				return
+			}
+		}
+	}
+}
+
+type decideRequest struct {
+	Items   []int  `json:"items"`
+	All     bool   `json:"all"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("id")
+	var req decideRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "the decision is not JSON: "+err.Error())
+		return
+	}
+	st, err := s.c.ChangeSet(r.Context(), id)
+	if err != nil {
+		jsonError(w, statusOf(err), events.Message(err))
+		return
+	}
+	if !mayReview(&st, sess.user.Identity) {
+		s.log.Warn("console: decision refused", "identity", sess.user.Identity, "changeset", id, "why", "not a reviewer")
+		jsonError(w, http.StatusForbidden, fmt.Sprintf("you may not decide this change set: its reviewers are %s", strings.Join(st.Proposal.Reviewers, ", ")))
+		return
+	}
+	rep, err := s.c.DecideChanges(r.Context(), command.DecideChangeSet{ID: id, Items: req.Items, All: req.All, Verdict: req.Verdict, Reason: truncate(strings.TrimSpace(req.Reason), 4000), By: sess.user.Identity, Channel: Channel})
+	if err != nil {
+		jsonError(w, statusOf(err), events.Message(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}

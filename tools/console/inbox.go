@@ -1,0 +1,310 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/tools/bridge"
+)
+
+// hub is one person's inbox: the requests they may answer, from the
+// bridges' watch (bridge.Watch: what their identity may answer, on
+// channel web), shared by all their open pages. It stops when nobody
+// has looked for a while.
+type hub struct {
+	identity string
+	mu       sync.Mutex
+	offers   map[string]bridge.Offer
+	closed   map[string]string // recently closed: id → who answered
+	subs     map[chan hubEvent]struct{}
+	idle     time.Time
+	cancel   context.CancelFunc
+}
+
+type hubEvent struct {
+	Offer  *bridge.Offer
+	Closed string // the offer's id
+	Text   string // "Approve by user:bob via slack"
+}
+
+// hubIdle is how long a person's inbox watch outlives their last page.
+const hubIdle = 10 * time.Minute
+
+// hub returns the person's inbox, starting it if needed.
+func (s *Server) hub(identity string) *hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.hubs[identity]; h != nil {
+		return h
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	h := &hub{identity: identity, offers: map[string]bridge.Offer{}, closed: map[string]string{}, subs: map[chan hubEvent]struct{}{}, idle: time.Now(), cancel: cancel}
+	s.hubs[identity] = h
+	go s.runHub(ctx, h)
+	return h
+}
+
+func (s *Server) runHub(ctx context.Context, h *hub) {
+	defer func() {
+		s.mu.Lock()
+		if s.hubs[h.identity] == h {
+			delete(s.hubs, h.identity)
+		}
+		s.mu.Unlock()
+		h.cancel()
+	}()
+	updates, err := bridge.Watch(ctx, s.c, h.identity, s.cfg.Routing)
+	if err != nil {
+		s.log.Warn("console: inbox watch", "identity", h.identity, "err", err)
+		return
+	}
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return
+			}
+			h.apply(u)
+		case <-tick.C:
+			h.mu.Lock()
+			idle := len(h.subs) == 0 && time.Since(h.idle) > hubIdle
+			h.mu.Unlock()
+			if idle {
+				return
+			}
+		}
+	}
+}
+
+func (h *hub) apply(u bridge.Update) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ev hubEvent
+	if u.Closed {
+		o, ok := h.offers[u.Offer.ID]
+		if !ok {
+			o = u.Offer
+		}
+		delete(h.offers, u.Offer.ID)
+		text := "answered"
+		if u.Winner != nil {
+			text = u.Winner.Describe(o)
+		}
+		h.closed[u.Offer.ID] = text
+		if len(h.closed) > 4096 {
+			clear(h.closed)
+		}
+		ev = hubEvent{Closed: u.Offer.ID, Text: text}
+	} else {
+		o := u.Offer
+		h.offers[o.ID] = o
+		ev = hubEvent{Offer: &o}
+	}
+	for ch := range h.subs {
+		select {
+		case ch <- ev:
+		default: // a page that cannot keep up reloads (its stream is closed)
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// snapshot is the inbox now, most urgent first: critical risk first, then
+// the nearest deadline, then the newest.
+func (h *hub) snapshot() []bridge.Offer {
+	h.mu.Lock()
+	out := make([]bridge.Offer, 0, len(h.offers))
+	for _, o := range h.offers {
+		out = append(out, o)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(out, urgency)
+	return out
+}
+
+func urgency(a, b bridge.Offer) int {
+	ra, rb := risk(a), risk(b)
+	if ca, cb := ra > events.CriticalRisk, rb > events.CriticalRisk; ca != cb {
+		if ca {
+			return -1
+		}
+		return 1
+	}
+	da, db := a.Deadline, b.Deadline
+	switch {
+	case da.IsZero() != db.IsZero():
+		if da.IsZero() {
+			return 1
+		}
+		return -1
+	case !da.Equal(db):
+		return da.Compare(db)
+	}
+	if ra != rb {
+		return cmp.Compare(rb, ra)
+	}
+	return cmp.Compare(b.ID, a.ID)
+}
+
+func risk(o bridge.Offer) float64 {
+	if o.Risk == nil {
+		return 0
+	}
+	return *o.Risk
+}
+
+// subscribe delivers what changes from now on; the returned func ends it.
+func (h *hub) subscribe() (<-chan hubEvent, func()) {
+	ch := make(chan hubEvent, 1024)
+	h.mu.Lock()
+	h.subs[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
+		h.idle = time.Now()
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) offer(id string) (bridge.Offer, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o, ok := h.offers[id]
+	return o, ok
+}
+
+func (h *hub) closedText(id string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.closed[id]
+	return t, ok
+}
+
+// inboxItem is one offer as a page shows it.
+type inboxItem struct {
+	bridge.Offer
+	Critical bool
+}
+
+func itemOf(o bridge.Offer) inboxItem {
+	return inboxItem{Offer: o, Critical: risk(o) > events.CriticalRisk}
+}
+
+func (s *Server) inboxPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	h := s.hub(sess.user.Identity)
+	offers := h.snapshot()
+	items := make([]inboxItem, len(offers))
+	for i, o := range offers {
+		items[i] = itemOf(o)
+	}
+	s.renderPage(w, "inbox.html", "Inbox", "inbox", sess, items)
+}
+
+// inboxEvents streams the inbox: every offer open now (the page skips
+// what it shows already), then each new one and each closed one.
+func (s *Server) inboxEvents(w http.ResponseWriter, r *http.Request, sess *session) {
+	h := s.hub(sess.user.Identity)
+	changes, stop := h.subscribe()
+	defer stop()
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	for _, o := range h.snapshot() {
+		if out.send("offer", map[string]string{"id": o.ID, "html": s.fragment("offer", itemOf(o))}) != nil {
+			return
+		}
+	}
+	_ = out.send("ready", map[string]int{"count": len(h.snapshot())})
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			if out.ping() != nil {
+				return
+			}
+		case ev, ok := <-changes:
+			if !ok {
+				_ = out.send("reload", map[string]string{})
+				return
+			}
+			var err error
+			if ev.Offer != nil {
+				err = out.send("offer", map[string]string{"id": ev.Offer.ID, "html": s.fragment("offer", itemOf(*ev.Offer))})
+			} else {
+				err = out.send("closed", map[string]string{"id": ev.Closed, "text": ev.Text})
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// answerRequest is what a page sends.
+type answerRequest struct {
+	ID       string `json:"id"`
+	Choice   string `json:"choice"`
+	Remember bool   `json:"remember"`
+	Reason   string `json:"reason"`
+}
+
+// answer sends the signed-in person's answer, channel web. Only a request
+// the console offers them may be answered here: anything else (another
+// person's request, an id they guessed) is refused without asking heed.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, sess *session) {
+	var req answerRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "the answer is not JSON: "+err.Error())
+		return
+	}
+	h := s.hub(sess.user.Identity)
+	o, ok := h.offer(req.ID)
+	if !ok {
+		if text, closed := h.closedText(req.ID); closed {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered: " + text, "already": text})
+			return
+		}
+		s.log.Warn("console: answer refused", "identity", sess.user.Identity, "confirm", truncate(req.ID, 140), "why", "not offered to them")
+		jsonError(w, http.StatusForbidden, "this request is not offered to you")
+		return
+	}
+	if !slices.ContainsFunc(o.Options, func(x bridge.Option) bool { return x.Value == req.Choice }) {
+		jsonError(w, http.StatusBadRequest, "not an option of this request")
+		return
+	}
+	cmd := command.AnswerConfirmation{ID: req.ID, Choice: req.Choice, By: sess.user.Identity, Channel: Channel, Reason: truncate(req.Reason, 2000)}
+	if req.Remember && o.Remember {
+		cmd.Remember = events.ScopeSkillStep
+	}
+	rep, err := s.c.Answer(r.Context(), cmd)
+	if err != nil {
+		if events.CodeOf(err) == events.CodeConflict {
+			if st, lerr := s.c.Confirmation(r.Context(), req.ID); lerr == nil && st.Answer != nil {
+				text := bridge.WinnerOf(st).Describe(o)
+				writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered: " + text, "already": text})
+				return
+			}
+		}
+		jsonError(w, statusOf(err), events.Message(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}

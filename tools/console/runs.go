@@ -1,0 +1,318 @@
+package console
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/runstate"
+	"github.com/nats-io/nats.go"
+)
+
+// runRow is one run in the list.
+type runRow struct {
+	ID, Skill, Status, Step string
+	Events                  int
+	Last                    time.Time
+}
+
+func rowOf(e readmodel.IndexEntry) runRow {
+	return runRow{ID: e.ID, Skill: e.Skill, Status: e.Status, Step: e.Step, Events: e.Count, Last: e.Last.Time}
+}
+
+const runsShown = 200
+
+func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	entries, err := s.c.Index(r.Context(), "run")
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
+	slices.SortFunc(entries, func(a, b readmodel.IndexEntry) int { return b.Last.Time.Compare(a.Last.Time) })
+	rows := make([]runRow, 0, min(len(entries), runsShown))
+	for _, e := range entries[:min(len(entries), runsShown)] {
+		rows = append(rows, rowOf(e))
+	}
+	s.renderPage(w, "runs.html", "Runs", "runs", sess, map[string]any{"Runs": rows, "Total": len(entries)})
+}
+
+// runsEvents streams each run's row as its events come: the log's own
+// subjects (heed.run.*.>), no polling. A burst is sent at most every
+// 100 ms per run.
+func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) {
+	msgs := make(chan *nats.Msg, 4096)
+	sub, err := s.c.Conn().ChanSubscribe("heed.run.*.>", msgs)
+	if err != nil {
+		jsonError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	rows := map[string]*runRow{}
+	dirty := map[string]bool{}
+	var mu sync.Mutex
+	flush := time.NewTicker(100 * time.Millisecond)
+	defer flush.Stop()
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			if out.ping() != nil {
+				return
+			}
+		case m := <-msgs:
+			ev, err := s.c.Bus().Codec().Decode(m)
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			row := rows[ev.Subject()]
+			if row == nil {
+				row = &runRow{ID: ev.Subject()}
+				if e, ok, err := s.c.IndexEntry(r.Context(), "run", ev.Subject()); err == nil && ok {
+					*row = rowOf(e)
+				}
+				rows[ev.Subject()] = row
+			}
+			applyToRow(row, ev)
+			dirty[row.ID] = true
+			mu.Unlock()
+		case <-flush.C:
+			mu.Lock()
+			for id := range dirty {
+				if out.send("run", map[string]string{"id": id, "html": s.fragment("runrow", *rows[id])}) != nil {
+					mu.Unlock()
+					return
+				}
+			}
+			clear(dirty)
+			mu.Unlock()
+		}
+	}
+}
+
+func applyToRow(row *runRow, ev *events.Event) {
+	t := events.Type(ev.Type())
+	if next := runstate.NextStatus(row.Status, t); next != "" {
+		row.Status = next
+	}
+	var d struct {
+		Step  string `json:"step"`
+		Skill string `json:"skill"`
+	}
+	_ = json.Unmarshal(ev.Data(), &d)
+	if d.Step != "" {
+		row.Step = d.Step
+	}
+	if d.Skill != "" && row.Skill == "" {
+		row.Skill = d.Skill
+	}
+	row.Events++
+	row.Last = ev.Time()
+}
+
+// timelineRow is one event of a run's timeline.
+type timelineRow struct {
+	Seq     uint64
+	Time    time.Time
+	Type    string
+	Subject string
+	Summary string
+	Raw     string
+	Invalid string
+}
+
+func (s *Server) timelineRowOf(seq uint64, ev *events.Event) timelineRow {
+	raw, _ := json.MarshalIndent(ev, "", "  ")
+	return timelineRow{Seq: seq, Time: ev.Time(), Type: strings.TrimPrefix(ev.Type(), "heed."), Subject: ev.Subject(), Summary: summarize(ev), Raw: string(raw)}
+}
+
+func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		http.Error(w, "not a run id", http.StatusBadRequest)
+		return
+	}
+	run, err := s.c.Run(r.Context(), id)
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
+	msgs, err := s.c.History(r.Context(), events.SubjectFilter("run", id))
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
+	var rows []timelineRow
+	confirms := map[string]bool{}
+	for _, m := range msgs {
+		if m.Event == nil {
+			rows = append(rows, timelineRow{Seq: m.Seq, Subject: m.Raw.Subject, Invalid: fmt.Sprint(m.Err)})
+			continue
+		}
+		rows = append(rows, s.timelineRowOf(m.Seq, m.Event))
+		var d struct {
+			ConfirmID string `json:"confirm_id"`
+		}
+		if json.Unmarshal(m.Event.Data(), &d) == nil && d.ConfirmID != "" {
+			confirms[d.ConfirmID] = true
+		}
+	}
+	for cid := range confirms {
+		cm, err := s.c.History(r.Context(), events.SubjectFilter("confirm", cid))
+		if err != nil {
+			continue
+		}
+		for _, m := range cm {
+			if m.Event != nil {
+				rows = append(rows, s.timelineRowOf(m.Seq, m.Event))
+			}
+		}
+	}
+	slices.SortFunc(rows, func(a, b timelineRow) int { return int(a.Seq) - int(b.Seq) })
+	var failed []string
+	for i, st := range run.Steps {
+		if st.Status == runstate.StepFailed {
+			failed = append(failed, run.Skill.Steps[i].Name)
+		}
+	}
+	s.renderPage(w, "run.html", "Run "+id, "runs", sess, map[string]any{"Run": run, "Rows": rows, "Failed": failed,
+		"Paused": run.Status == runstate.StatusPaused, "Terminal": run.Terminal()})
+}
+
+// runEvents streams a run's new events (and its confirmations') as
+// timeline rows.
+func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, _ *session) {
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		jsonError(w, http.StatusBadRequest, "not a run id")
+		return
+	}
+	msgs := make(chan *nats.Msg, 256)
+	var subs []*nats.Subscription
+	for _, subj := range []string{events.SubjectFilter("run", id), "heed.confirm.*.>"} {
+		sub, err := s.c.Conn().ChanSubscribe(subj, msgs)
+		if err != nil {
+			jsonError(w, http.StatusBadGateway, err.Error())
+			return
+		}
+		subs = append(subs, sub)
+	}
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			if out.ping() != nil {
+				return
+			}
+		case m := <-msgs:
+			ev, err := s.c.Bus().Codec().Decode(m)
+			if err != nil {
+				continue
+			}
+			if events.Type(ev.Type()).Kind() == "confirm" && !strings.HasPrefix(ev.Subject(), id+"-") {
+				continue
+			}
+			var seq uint64
+			if md, err := m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			row := s.timelineRowOf(seq, ev)
+			status := ""
+			if events.Type(ev.Type()).Kind() == "run" {
+				status = runstate.NextStatus("", events.Type(ev.Type()))
+			}
+			if out.send("event", map[string]string{"id": ev.ID(), "html": s.fragment("timelinerow", row), "status": status}) != nil {
+				return
+			}
+		}
+	}
+}
+
+type runActionRequest struct {
+	Choice string         `json:"choice"`
+	Reason string         `json:"reason"`
+	Step   string         `json:"step"`
+	Args   map[string]any `json:"args"`
+}
+
+// runAction continues, retries a step of, or cancels a run: for operators.
+func (s *Server) runAction(w http.ResponseWriter, r *http.Request, sess *session) {
+	if !sess.user.Operator {
+		s.log.Warn("console: run action refused", "identity", sess.user.Identity, "action", r.PathValue("action"), "why", "not an operator")
+		jsonError(w, http.StatusForbidden, "only operators may continue, retry or cancel runs (operator: true in the users file)")
+		return
+	}
+	var req runActionRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 256<<10)).Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "the request is not JSON: "+err.Error())
+		return
+	}
+	id, by := r.PathValue("id"), sess.user.Identity
+	var rep command.RunReply
+	var err error
+	switch r.PathValue("action") {
+	case "continue":
+		rep, err = s.c.Continue(r.Context(), command.ContinueRun{RunID: id, Choice: req.Choice, Reason: req.Reason, By: by})
+	case "retry":
+		rep, err = s.c.Retry(r.Context(), command.RetryStep{RunID: id, Step: req.Step, Args: req.Args, Reason: req.Reason, By: by})
+	case "cancel":
+		rep, err = s.c.Cancel(r.Context(), command.CancelRun{RunID: id, Reason: req.Reason, By: by})
+	default:
+		jsonError(w, http.StatusNotFound, "no such action: use continue, retry or cancel")
+		return
+	}
+	if err != nil {
+		jsonError(w, statusOf(err), events.Message(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// summarize is an event's gist on one line.
+func summarize(ev *events.Event) string {
+	var d map[string]any
+	if json.Unmarshal(ev.Data(), &d) != nil {
+		return ""
+	}
+	var parts []string
+	for _, k := range []string{"step", "tool", "kind", "choice", "method", "by", "channel", "reason", "message", "summary", "verdict", "item"} {
+		if v, ok := d[k]; ok && v != nil && fmt.Sprint(v) != "" {
+			parts = append(parts, fmt.Sprintf("%s: %v", k, v))
+		}
+	}
+	if e, ok := d["error"].(map[string]any); ok {
+		parts = append(parts, fmt.Sprintf("error: %v", e["message"]))
+	}
+	if o, ok := d["output"]; ok && o != nil {
+		b, _ := json.Marshal(o)
+		parts = append(parts, "output: "+truncate(string(b), 120))
+	}
+	return truncate(strings.Join(parts, " · "), 400)
+}

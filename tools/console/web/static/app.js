@@ -1,0 +1,228 @@
+// heed console: keeps the server-rendered pages live over server-sent
+// events and sends answers and decisions. No framework, no build step.
+"use strict";
+(function () {
+  const csrf = document.querySelector('meta[name="csrf-token"]')?.content || "";
+  const live = document.getElementById("live");
+  const say = (text) => { if (live) { live.textContent = text; } };
+
+  async function post(url, body) {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify(body || {}),
+      credentials: "same-origin",
+    });
+    let data = {};
+    try { data = await res.json(); } catch (e) { /* not JSON */ }
+    return { ok: res.ok, status: res.status, data };
+  }
+
+  function fragment(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+
+  function stream(url, handlers) {
+    const es = new EventSource(url);
+    for (const [name, fn] of Object.entries(handlers)) {
+      es.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+    }
+    es.addEventListener("reload", () => location.reload());
+    return es;
+  }
+
+  // Countdowns: every time element with class countdown counts down to its
+  // datetime.
+  function fmtLeft(ms) {
+    if (ms <= 0) { return "0s"; }
+    let s = Math.ceil(ms / 1000);
+    const h = Math.floor(s / 3600); s -= h * 3600;
+    const m = Math.floor(s / 60); s -= m * 60;
+    if (h > 0) { return h + "h " + String(m).padStart(2, "0") + "m"; }
+    if (m > 0) { return m + "m " + String(s).padStart(2, "0") + "s"; }
+    return s + "s";
+  }
+  function tick() {
+    const now = Date.now();
+    for (const t of document.querySelectorAll("time.countdown")) {
+      const left = Date.parse(t.getAttribute("datetime")) - now;
+      t.textContent = fmtLeft(left);
+      t.classList.toggle("soon", left < 60000);
+    }
+  }
+  setInterval(tick, 1000);
+  tick();
+
+  // ---- Inbox ----
+  const inbox = document.getElementById("inbox");
+  const count = document.getElementById("inbox-count");
+  function recount() {
+    if (!inbox) { return; }
+    const n = inbox.querySelectorAll("article.offer:not(.closed)").length;
+    if (count) { count.textContent = n ? String(n) : ""; }
+    const empty = document.getElementById("empty");
+    if (empty) { empty.hidden = n > 0; }
+  }
+  function current() {
+    const f = document.activeElement?.closest?.("article.offer:not(.closed)");
+    return f || inbox?.querySelector("article.offer:not(.closed)");
+  }
+  async function answer(article, choice) {
+    if (!article || article.classList.contains("closed") || article.dataset.sending) { return; }
+    article.dataset.sending = "1";
+    const result = article.querySelector(".result");
+    const remember = article.querySelector(".remember-box")?.checked || false;
+    const r = await post("/api/answer", { id: article.dataset.id, choice, remember });
+    delete article.dataset.sending;
+    if (r.ok) {
+      result.textContent = "You answered: " + choice;
+      close(article, "answered by you");
+    } else if (r.status === 409) {
+      result.textContent = "Already answered by " + (r.data.already || "someone else");
+      close(article, result.textContent);
+    } else {
+      result.textContent = r.data.error || ("error " + r.status);
+      result.classList.add("bad");
+    }
+  }
+  function close(article, text) {
+    if (article.classList.contains("closed")) { return; }
+    article.classList.add("closed");
+    for (const b of article.querySelectorAll("button")) { b.disabled = true; }
+    const result = article.querySelector(".result");
+    if (result && !result.textContent) { result.textContent = text; }
+    say(article.querySelector("h2")?.textContent + ": " + text);
+    setTimeout(() => { article.remove(); recount(); }, 4000);
+    recount();
+  }
+  if (inbox) {
+    inbox.addEventListener("click", (e) => {
+      const b = e.target.closest("button.answer");
+      if (b) { answer(b.closest("article.offer"), b.dataset.choice); }
+    });
+    stream(inbox.dataset.stream, {
+      offer: (d) => {
+        if (document.getElementById("offer-" + d.id)) { return; }
+        const el = fragment(d.html);
+        inbox.prepend(el);
+        recount();
+        say("New request: " + (el.querySelector("h2")?.textContent || ""));
+        tick();
+      },
+      closed: (d) => {
+        const el = document.getElementById("offer-" + d.id);
+        if (el) {
+          const result = el.querySelector(".result");
+          if (result && !result.textContent) { result.textContent = "Answered: " + d.text; }
+          close(el, "Answered: " + d.text);
+        }
+      },
+      ready: () => { document.body.dataset.ready = "1"; recount(); },
+    });
+    document.addEventListener("keydown", (e) => {
+      if (e.target.closest?.("input, textarea, select") || e.ctrlKey || e.metaKey || e.altKey) { return; }
+      const a = current();
+      if (!a) { return; }
+      if (e.key >= "1" && e.key <= "9") {
+        const b = a.querySelectorAll("button.answer")[Number(e.key) - 1];
+        if (b) { e.preventDefault(); answer(a, b.dataset.choice); }
+      } else if (e.key === "Enter" && e.target.tagName !== "BUTTON" && e.target.tagName !== "A") {
+        e.preventDefault();
+        answer(a, a.dataset.default);
+      } else if (e.key === "j" || e.key === "k") {
+        const all = [...inbox.querySelectorAll("article.offer:not(.closed)")];
+        const i = all.indexOf(a) + (e.key === "j" ? 1 : -1);
+        if (all[i]) { all[i].focus(); }
+      }
+    });
+    recount();
+  }
+
+  // ---- A change set ----
+  const detail = document.getElementById("setdetail");
+  if (detail) {
+    detail.addEventListener("click", async (e) => {
+      const b = e.target.closest("button.decide");
+      if (!b) { return; }
+      const body = { verdict: b.dataset.verdict };
+      if (b.dataset.all) { body.all = true; } else { body.items = [Number(b.dataset.item)]; }
+      const reasonBox = b.closest("li")?.querySelector("input.reason");
+      if (reasonBox) { body.reason = reasonBox.value; }
+      b.disabled = true;
+      const r = await post("/api/changes/" + detail.dataset.id + "/decide", body);
+      const result = detail.querySelector(".result");
+      if (!r.ok) {
+        b.disabled = false;
+        if (result) { result.textContent = r.data.error || ("error " + r.status); }
+      } else if (result) {
+        result.textContent = "Decided: " + (r.data.decided || []).map((d) => d.item + " " + d.verdict).join(", ");
+      }
+    });
+    stream(detail.dataset.stream, {
+      card: (d) => {
+        // Keep what a person typed in a reason box.
+        const typed = {};
+        for (const i of detail.querySelectorAll("input.reason")) { typed[i.id] = i.value; }
+        const result = detail.querySelector(".result")?.textContent || "";
+        detail.innerHTML = d.html;
+        for (const [id, v] of Object.entries(typed)) { const i = document.getElementById(id); if (i) { i.value = v; } }
+        const r = detail.querySelector(".result");
+        if (r) { r.textContent = result; }
+        document.body.dataset.ready = "1";
+      },
+    });
+  }
+
+  // ---- Runs ----
+  const runs = document.getElementById("runs");
+  if (runs) {
+    stream(runs.closest("table").dataset.stream, {
+      run: (d) => {
+        const el = fragment("<table><tbody>" + d.html + "</tbody></table>").querySelector("tr");
+        const old = document.getElementById("run-" + d.id);
+        if (old) { old.replaceWith(el); } else { runs.prepend(el); }
+      },
+    });
+  }
+  const timeline = document.getElementById("timeline");
+  if (timeline) {
+    stream(timeline.closest("table").dataset.stream, {
+      event: (d) => {
+        const el = fragment("<table><tbody>" + d.html + "</tbody></table>").querySelector("tr");
+        const seq = el.dataset.seq;
+        if (seq !== "0" && timeline.querySelector('tr[data-seq="' + seq + '"]')) { return; }
+        timeline.append(el);
+        const st = document.getElementById("run-status");
+        if (st && d.status) { st.textContent = d.status; }
+      },
+    });
+  }
+  const actions = document.querySelector(".run-actions");
+  if (actions) {
+    actions.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const f = e.target;
+      const body = {};
+      for (const [k, v] of new FormData(f)) { body[k] = v; }
+      const result = actions.querySelector(".result");
+      if (body.args !== undefined) {
+        try { body.args = JSON.parse(body.args || "{}"); } catch (err) { result.textContent = "args: not JSON"; return; }
+      }
+      const r = await post("/api/runs/" + actions.dataset.run + "/" + f.dataset.action, body);
+      result.textContent = r.ok ? (f.dataset.action + ": " + (r.data.status || "done")) : (r.data.error || ("error " + r.status));
+    });
+  }
+
+  // ---- Learned state ----
+  document.addEventListener("click", async (e) => {
+    const b = e.target.closest("button.forget");
+    if (!b) { return; }
+    b.disabled = true;
+    const r = await post("/api/learned/" + b.dataset.kind + "/" + b.dataset.id + "/forget");
+    const result = document.querySelector("main .result");
+    if (r.ok) { b.closest("tr")?.remove(); if (result) { result.textContent = "Forgotten: " + b.dataset.id; } }
+    else { b.disabled = false; if (result) { result.textContent = r.data.error || ("error " + r.status); } }
+  });
+})();
