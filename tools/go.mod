@@ -23,6 +23,7 @@ require (
 require github.com/heedhq/heed/services/learner v0.0.0
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/heedhq/heed/client v0.0.0
 	github.com/heedhq/heed/lib v0.0.0
 	github.com/heedhq/heed/services/changesets v0.0.0
@@ -41,9 +42,11 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.6 // indirect
 	github.com/expr-lang/expr v1.17.8 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/heedhq/heed/schemas v0.0.0 // indirect

@@ -48,7 +48,7 @@ type change struct{ Field, Before, After string }
 func viewOf(st *command.ChangeSetState, who string) setView {
 	v := setView{ChangeSetState: st, Pending: len(changeset.Pending(st)), MayDo: mayReview(st, who) && changeset.Open(st)}
 	if changeset.Open(st) {
-		v.Expires = time.Until(st.Proposal.ExpiresAt).Round(time.Minute).String()
+		v.Expires = longDuration(time.Until(st.Proposal.ExpiresAt))
 	}
 	for _, it := range st.Items {
 		iv := itemView{ChangeItemState: it, SetID: st.ID, Open: it.Status == events.ItemPending && v.MayDo}
@@ -72,6 +72,9 @@ func show(v any) string {
 	case nil:
 		return "—"
 	case string:
+		if x == "" {
+			return "—"
+		}
 		return x
 	}
 	b, _ := json.Marshal(v)
@@ -186,4 +189,19 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, sess *session) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// longDuration reads as people say it: 6d 23h, 4h 05m, 12m.
+func longDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0m"
+	case d >= 48*time.Hour:
+		d = d.Round(time.Hour)
+		return fmt.Sprintf("%dd %02dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	case d >= time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh %02dm", d/time.Hour, d%time.Hour/time.Minute)
+	}
+	return fmt.Sprintf("%dm", int(d.Round(time.Minute)/time.Minute))
 }

@@ -125,7 +125,9 @@ func (s *Server) routes() {
 	action := func(pattern string, h func(http.ResponseWriter, *http.Request, *session)) {
 		m.HandleFunc(pattern, s.signedIn(s.csrf(h)))
 	}
-	page("GET /{$}", func(w http.ResponseWriter, r *http.Request, _ *session) { http.Redirect(w, r, "/inbox", http.StatusSeeOther) })
+	page("GET /{$}", func(w http.ResponseWriter, r *http.Request, _ *session) {
+		http.Redirect(w, r, "/inbox", http.StatusSeeOther)
+	})
 	action("POST /logout", s.logout)
 	page("GET /inbox", s.inboxPage)
 	page("GET /events/inbox", s.inboxEvents)

@@ -32,6 +32,7 @@ type hubEvent struct {
 	Offer  *bridge.Offer
 	Closed string // the offer's id
 	Text   string // "Approve by user:bob via slack"
+	Mine   bool   // the person of this inbox answered it
 }
 
 // hubIdle is how long a person's inbox watch outlives their last page.
@@ -95,15 +96,15 @@ func (h *hub) apply(u bridge.Update) {
 			o = u.Offer
 		}
 		delete(h.offers, u.Offer.ID)
-		text := "answered"
+		text, mine := "answered", false
 		if u.Winner != nil {
-			text = u.Winner.Describe(o)
+			text, mine = answeredText(*u.Winner, o), u.Winner.By == h.identity
 		}
 		h.closed[u.Offer.ID] = text
 		if len(h.closed) > 4096 {
 			clear(h.closed)
 		}
-		ev = hubEvent{Closed: u.Offer.ID, Text: text}
+		ev = hubEvent{Closed: u.Offer.ID, Text: text, Mine: mine}
 	} else {
 		o := u.Offer
 		h.offers[o.ID] = o
@@ -249,7 +250,7 @@ func (s *Server) inboxEvents(w http.ResponseWriter, r *http.Request, sess *sessi
 			if ev.Offer != nil {
 				err = out.send("offer", map[string]string{"id": ev.Offer.ID, "html": s.fragment("offer", itemOf(*ev.Offer))})
 			} else {
-				err = out.send("closed", map[string]string{"id": ev.Closed, "text": ev.Text})
+				err = out.send("closed", map[string]any{"id": ev.Closed, "text": ev.Text, "mine": ev.Mine})
 			}
 			if err != nil {
 				return
@@ -279,7 +280,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, sess *session) {
 	o, ok := h.offer(req.ID)
 	if !ok {
 		if text, closed := h.closedText(req.ID); closed {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered: " + text, "already": text})
+			writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered " + text, "already": text})
 			return
 		}
 		s.log.Warn("console: answer refused", "identity", sess.user.Identity, "confirm", truncate(req.ID, 140), "why", "not offered to them")
@@ -298,8 +299,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, sess *session) {
 	if err != nil {
 		if events.CodeOf(err) == events.CodeConflict {
 			if st, lerr := s.c.Confirmation(r.Context(), req.ID); lerr == nil && st.Answer != nil {
-				text := bridge.WinnerOf(st).Describe(o)
-				writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered: " + text, "already": text})
+				text := answeredText(*bridge.WinnerOf(st), o)
+				writeJSON(w, http.StatusConflict, map[string]string{"error": "already answered " + text, "already": text})
 				return
 			}
 		}
@@ -307,4 +308,23 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, sess *session) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// answeredText says how a request closed, after "Already answered ":
+// "by user:bob via slack: Approve", or "expired: default Reject".
+func answeredText(w bridge.Winner, o bridge.Offer) string {
+	if w.Method != events.MethodUser && w.Method != events.MethodAgent {
+		return "— " + w.Describe(o)
+	}
+	label := w.Choice
+	for _, opt := range o.Options {
+		if opt.Value == w.Choice && opt.Label != "" {
+			label = opt.Label
+		}
+	}
+	s := "by " + w.By
+	if w.Channel != "" {
+		s += " via " + w.Channel
+	}
+	return s + ": " + label
 }

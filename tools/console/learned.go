@@ -158,7 +158,7 @@ type point struct {
 // bars draws a bar chart of points (max: the scale's top; 0: the largest
 // value). An empty series says so.
 func bars(ps []point, unit string, top float64) template.HTML {
-	const w, h, pad = 640.0, 200.0, 28.0
+	const w, h, pad = 320.0, 110.0, 22.0
 	if len(ps) == 0 {
 		return template.HTML(`<p class="empty">no data yet</p>`)
 	}
@@ -176,10 +176,10 @@ func bars(ps []point, unit string, top float64) template.HTML {
 		x := pad + float64(i)*bw
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %.1f%s</title></rect>`, x+2, h-bh, math.Max(bw-4, 1), bh, template.HTMLEscapeString(p.Label), p.Value, unit)
 		if len(ps) <= 12 || i%(len(ps)/6+1) == 0 {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f">%s</text>`, x+2, h+18, template.HTMLEscapeString(shortDay(p.Label)))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f">%s</text>`, x+2, h+14, template.HTMLEscapeString(shortDay(p.Label)))
 		}
 	}
-	fmt.Fprintf(&b, `<text x="0" y="12">%.0f%s</text></svg>`, top, unit)
+	fmt.Fprintf(&b, `<text x="0" y="10">%.0f%s</text></svg>`, top, unit)
 	return template.HTML(b.String())
 }
 

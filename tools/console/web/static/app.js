@@ -77,10 +77,10 @@
     const r = await post("/api/answer", { id: article.dataset.id, choice, remember });
     delete article.dataset.sending;
     if (r.ok) {
-      result.textContent = "You answered: " + choice;
+      result.textContent = "You answered: " + (article.querySelector('button[data-choice="' + CSS.escape(choice) + '"]')?.textContent.replace(/^\s*\d+\s*/, "") || choice);
       close(article, "answered by you");
     } else if (r.status === 409) {
-      result.textContent = "Already answered by " + (r.data.already || "someone else");
+      result.textContent = "Already answered " + (r.data.already || "by someone else");
       close(article, result.textContent);
     } else {
       result.textContent = r.data.error || ("error " + r.status);
@@ -114,9 +114,12 @@
       closed: (d) => {
         const el = document.getElementById("offer-" + d.id);
         if (el) {
+          // Your own answer (this page's or another of yours) or someone
+          // else's: either way the item closes, saying who answered.
+          const text = d.mine ? "You answered: " + d.text.split(": ").pop() : "Already answered " + d.text;
           const result = el.querySelector(".result");
-          if (result && !result.textContent) { result.textContent = "Answered: " + d.text; }
-          close(el, "Answered: " + d.text);
+          if (result && !result.textContent) { result.textContent = text; }
+          close(el, text);
         }
       },
       ready: () => { document.body.dataset.ready = "1"; recount(); },
@@ -165,9 +168,16 @@
         // Keep what a person typed in a reason box.
         const typed = {};
         for (const i of detail.querySelectorAll("input.reason")) { typed[i.id] = i.value; }
+        const active = document.activeElement;
+        const focusID = active && detail.contains(active) ? active.id : "";
+        const caret = focusID && active.selectionStart !== undefined ? active.selectionStart : null;
         const result = detail.querySelector(".result")?.textContent || "";
         detail.innerHTML = d.html;
         for (const [id, v] of Object.entries(typed)) { const i = document.getElementById(id); if (i) { i.value = v; } }
+        if (focusID) {
+          const f = document.getElementById(focusID);
+          if (f) { f.focus(); if (caret !== null && f.setSelectionRange) { f.setSelectionRange(caret, caret); } }
+        }
         const r = detail.querySelector(".result");
         if (r) { r.textContent = result; }
         document.body.dataset.ready = "1";
