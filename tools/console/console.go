@@ -131,6 +131,7 @@ func (s *Server) routes() {
 	action("POST /logout", s.logout)
 	page("GET /inbox", s.inboxPage)
 	page("GET /events/inbox", s.inboxEvents)
+	page("GET /inbox/more", s.inboxMore)
 	action("POST /api/answer", s.answer)
 	page("GET /changes", s.changesPage)
 	page("GET /changes/{id}", s.changeSetPage)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,9 +27,15 @@ type hub struct {
 	subs     map[chan hubEvent]struct{}
 	idle     time.Time
 	cancel   context.CancelFunc
+	// seq numbers the changes; recent keeps the last of them, so that a
+	// page rendered at seq N is sent only what changed after N when its
+	// stream connects.
+	seq    uint64
+	recent []hubEvent
 }
 
 type hubEvent struct {
+	Seq    uint64
 	Offer  *bridge.Offer
 	Closed string // the offer's id
 	Text   string // "Approve by user:bob via slack"
@@ -110,6 +117,12 @@ func (h *hub) apply(u bridge.Update) {
 		h.offers[o.ID] = o
 		ev = hubEvent{Offer: &o}
 	}
+	h.seq++
+	ev.Seq = h.seq
+	h.recent = append(h.recent, ev)
+	if len(h.recent) > recentChanges {
+		h.recent = append([]hubEvent(nil), h.recent[len(h.recent)-recentChanges/2:]...)
+	}
 	for ch := range h.subs {
 		select {
 		case ch <- ev:
@@ -120,17 +133,38 @@ func (h *hub) apply(u bridge.Update) {
 	}
 }
 
+// recentChanges bounds the changes a hub keeps for streams that connect.
+const recentChanges = 4096
+
 // snapshot is the inbox now, most urgent first: critical risk first, then
-// the nearest deadline, then the newest.
-func (h *hub) snapshot() []bridge.Offer {
+// the nearest deadline, then the newest; seq is the last change in it.
+func (h *hub) snapshot() (offers []bridge.Offer, seq uint64) {
 	h.mu.Lock()
 	out := make([]bridge.Offer, 0, len(h.offers))
 	for _, o := range h.offers {
 		out = append(out, o)
 	}
+	seq = h.seq
 	h.mu.Unlock()
 	slices.SortFunc(out, urgency)
-	return out
+	return out, seq
+}
+
+// since returns the changes after seq, and false when they are no longer
+// all kept (the stream then sends the whole inbox).
+func (h *hub) since(seq uint64) ([]hubEvent, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if seq > h.seq || len(h.recent) > 0 && h.recent[0].Seq > seq+1 || len(h.recent) == 0 && seq != h.seq {
+		return nil, false
+	}
+	var out []hubEvent
+	for _, ev := range h.recent {
+		if ev.Seq > seq {
+			out = append(out, ev)
+		}
+	}
+	return out, true
 }
 
 func urgency(a, b bridge.Offer) int {
@@ -207,12 +241,43 @@ func itemOf(o bridge.Offer) inboxItem {
 
 func (s *Server) inboxPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	h := s.hub(sess.user.Identity)
-	offers := h.snapshot()
-	items := make([]inboxItem, len(offers))
-	for i, o := range offers {
+	offers, seq := h.snapshot()
+	n := min(len(offers), inboxPageSize)
+	items := make([]inboxItem, n)
+	for i, o := range offers[:n] {
 		items[i] = itemOf(o)
 	}
-	s.renderPage(w, "inbox.html", "Inbox", "inbox", sess, items)
+	s.renderPage(w, "inbox.html", "Inbox", "inbox", sess, inboxData{Items: items, Seq: seq, Total: len(offers), More: len(offers) - n})
+}
+
+// inboxPageSize is how many requests a page shows at first, the most
+// urgent: a person works from the top, and a thousand waiting requests
+// render in a fraction of a second this way ("show more" loads the next).
+const inboxPageSize = 100
+
+type inboxData struct {
+	Items []inboxItem
+	Seq   uint64
+	Total int
+	More  int
+}
+
+// inboxMore is the next requests of the inbox after the first offset, as
+// HTML (the "show more" button).
+func (s *Server) inboxMore(w http.ResponseWriter, r *http.Request, sess *session) {
+	offset, err := strconv.Atoi(r.URL.Query().Get("offset"))
+	if err != nil || offset < 0 {
+		http.Error(w, "offset: a number", http.StatusBadRequest)
+		return
+	}
+	offers, _ := s.hub(sess.user.Identity).snapshot()
+	offset = min(offset, len(offers))
+	end := min(offset+inboxPageSize, len(offers))
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Heed-More", strconv.Itoa(len(offers)-end))
+	for _, o := range offers[offset:end] {
+		_, _ = w.Write([]byte(s.fragment("offer", itemOf(o))))
+	}
 }
 
 // inboxEvents streams the inbox: every offer open now (the page skips
@@ -225,12 +290,44 @@ func (s *Server) inboxEvents(w http.ResponseWriter, r *http.Request, sess *sessi
 	if !ok {
 		return
 	}
-	for _, o := range h.snapshot() {
-		if out.send("offer", map[string]string{"id": o.ID, "html": s.fragment("offer", itemOf(o))}) != nil {
+	// A page rendered at seq N needs only what changed since; any other
+	// (or one too far behind) gets the whole inbox and drops what is gone.
+	send := func(ev hubEvent) error {
+		if ev.Offer != nil {
+			return out.send("offer", map[string]string{"id": ev.Offer.ID, "html": s.fragment("offer", itemOf(*ev.Offer))})
+		}
+		return out.send("closed", map[string]any{"id": ev.Closed, "text": ev.Text, "mine": ev.Mine})
+	}
+	seq, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+	var missed []hubEvent
+	ok = err == nil
+	if ok {
+		missed, ok = h.since(seq)
+	}
+	sent := seq
+	if ok {
+		for _, ev := range missed {
+			if send(ev) != nil {
+				return
+			}
+			sent = ev.Seq
+		}
+	} else {
+		// The most urgent page of it, and the list of what is open.
+		offers, at := h.snapshot()
+		sent = at
+		ids := make([]string, len(offers))
+		for i, o := range offers {
+			ids[i] = o.ID
+			if i < inboxPageSize && send(hubEvent{Offer: &o}) != nil {
+				return
+			}
+		}
+		if out.send("sync", map[string][]string{"open": ids}) != nil {
 			return
 		}
 	}
-	_ = out.send("ready", map[string]int{"count": len(h.snapshot())})
+	_ = out.send("ready", map[string]bool{"live": true})
 	ping := time.NewTicker(20 * time.Second)
 	defer ping.Stop()
 	for {
@@ -246,13 +343,10 @@ func (s *Server) inboxEvents(w http.ResponseWriter, r *http.Request, sess *sessi
 				_ = out.send("reload", map[string]string{})
 				return
 			}
-			var err error
-			if ev.Offer != nil {
-				err = out.send("offer", map[string]string{"id": ev.Offer.ID, "html": s.fragment("offer", itemOf(*ev.Offer))})
-			} else {
-				err = out.send("closed", map[string]any{"id": ev.Closed, "text": ev.Text, "mine": ev.Mine})
+			if ev.Seq <= sent {
+				continue // sent already (missed, or in the whole inbox)
 			}
-			if err != nil {
+			if send(ev) != nil {
 				return
 			}
 		}

@@ -58,9 +58,14 @@
   // ---- Inbox ----
   const inbox = document.getElementById("inbox");
   const count = document.getElementById("inbox-count");
-  function recount() {
+  let total = Number(document.getElementById("total")?.textContent || "0");
+  function recount(delta) {
     if (!inbox) { return; }
-    const n = inbox.querySelectorAll("article.offer:not(.closed)").length;
+    total = Math.max(0, total + (delta || 0));
+    const shown = inbox.querySelectorAll("article.offer:not(.closed)").length;
+    const n = Math.max(total, shown);
+    const t = document.getElementById("total");
+    if (t) { t.textContent = String(n); }
     if (count) { count.textContent = n ? String(n) : ""; }
     const empty = document.getElementById("empty");
     if (empty) { empty.hidden = n > 0; }
@@ -95,7 +100,7 @@
     if (result && !result.textContent) { result.textContent = text; }
     say(article.querySelector("h2")?.textContent + ": " + text);
     setTimeout(() => { article.remove(); recount(); }, 4000);
-    recount();
+    recount(-1);
   }
   if (inbox) {
     inbox.addEventListener("click", (e) => {
@@ -107,7 +112,7 @@
         if (document.getElementById("offer-" + d.id)) { return; }
         const el = fragment(d.html);
         inbox.prepend(el);
-        recount();
+        recount(document.body.dataset.ready ? 1 : 0);
         say("New request: " + (el.querySelector("h2")?.textContent || ""));
         tick();
       },
@@ -120,6 +125,13 @@
           const result = el.querySelector(".result");
           if (result && !result.textContent) { result.textContent = text; }
           close(el, text);
+        }
+      },
+      sync: (d) => {
+        // The whole inbox was sent: drop what is no longer open.
+        const open = new Set(d.open);
+        for (const el of inbox.querySelectorAll("article.offer:not(.closed)")) {
+          if (!open.has(el.dataset.id)) { el.remove(); }
         }
       },
       ready: () => { document.body.dataset.ready = "1"; recount(); },
@@ -141,6 +153,23 @@
       }
     });
     recount();
+    const more = document.getElementById("more");
+    if (more) {
+      more.addEventListener("click", async () => {
+        more.disabled = true;
+        const res = await fetch("/inbox/more?offset=" + more.dataset.offset, { credentials: "same-origin" });
+        const t = document.createElement("template");
+        t.innerHTML = await res.text();
+        let added = 0;
+        for (const el of [...t.content.children]) {
+          if (!document.getElementById(el.id)) { inbox.append(el); added++; }
+        }
+        more.dataset.offset = String(Number(more.dataset.offset) + added);
+        const left = Number(res.headers.get("X-Heed-More") || "0");
+        if (left > 0) { more.textContent = "Show " + left + " more"; more.disabled = false; } else { more.remove(); }
+        tick();
+      });
+    }
   }
 
   // ---- A change set ----
