@@ -547,3 +547,63 @@ func TestConsolePermissionsAndCSRF(t *testing.T) {
 		t.Errorf("the inbox stream without a session: %v %v", res.StatusCode, err)
 	}
 }
+
+// TestConsoleOperatorActions: an operator cancels a run and forgets a
+// remembered choice through the console; the answer that taught the
+// choice was given in the console with "remember".
+func TestConsoleOperatorActions(t *testing.T) {
+	r := startRig(t)
+	alice, csrf := r.client("Alice", alicePassword)
+	remembering := strings.Replace(askSkill, "      timeout: 600\n", "      timeout: 600\n      learn_preference: true\n", 1)
+	id := r.startRun(remembering)
+	confirmID := runner.ConfirmID(id, 0, 1)
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		res, err := alice.Get(r.url + "/inbox")
+		if err != nil {
+			return err
+		}
+		if page := readAll(t, res); !strings.Contains(page, "remember my choice for this step") || !strings.Contains(page, confirmID) {
+			return fmt.Errorf("the inbox does not offer %s with remember", confirmID)
+		}
+		return nil
+	})
+	if code, out := post(t, alice, r.url+"/api/answer", csrf, map[string]any{"id": confirmID, "choice": "proceed", "remember": true}); code != http.StatusOK {
+		t.Fatalf("answer: %d %v", code, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var prefID string
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		prefs, err := r.c.Prefs(ctx)
+		if err != nil || len(prefs) != 1 {
+			return fmt.Errorf("prefs %v (%v)", prefs, err)
+		}
+		prefID = prefs[0].ID
+		return nil
+	})
+	if code, out := post(t, alice, r.url+"/api/learned/pref/"+prefID+"/forget", csrf, nil); code != http.StatusOK {
+		t.Fatalf("forget: %d %v", code, out)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if _, ok, _ := r.c.Pref(ctx, prefID); ok {
+			return fmt.Errorf("still remembered")
+		}
+		return nil
+	})
+	// A run waiting at its question, cancelled by the operator.
+	id2 := r.startRun(askSkill)
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		run, err := r.c.Run(ctx, id2)
+		if err != nil || run.Status != "paused" {
+			return fmt.Errorf("run %v (%v)", run, err)
+		}
+		return nil
+	})
+	if code, out := post(t, alice, r.url+"/api/runs/"+id2+"/cancel", csrf, map[string]any{"reason": "not today"}); code != http.StatusOK {
+		t.Fatalf("cancel: %d %v", code, out)
+	}
+	out, err := r.c.WaitRun(ctx, id2)
+	if err != nil || out.Status != "cancelled" {
+		t.Fatalf("the run: %+v %v", out, err)
+	}
+}
