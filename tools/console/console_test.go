@@ -305,7 +305,7 @@ func TestConsoleReviewsAChangeSet(t *testing.T) {
 		t.Helper()
 		sel := fmt.Sprintf(`#item-%d button[data-verdict="%s"]`, item, verdict)
 		if err := do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)),
-			chromedp.WaitNotPresent(chromedp.CSS(sel))); err != nil {
+			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#item-%d.%s`, item, verdict)))); err != nil {
 			t.Fatalf("%s item %d: %v", verdict, item, err)
 		}
 	}

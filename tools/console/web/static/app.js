@@ -194,21 +194,35 @@
     });
     stream(detail.dataset.stream, {
       card: (d) => {
-        // Keep what a person typed in a reason box.
-        const typed = {};
-        for (const i of detail.querySelectorAll("input.reason")) { typed[i.id] = i.value; }
-        const active = document.activeElement;
-        const focusID = active && detail.contains(active) ? active.id : "";
-        const caret = focusID && active.selectionStart !== undefined ? active.selectionStart : null;
-        const result = detail.querySelector(".result")?.textContent || "";
-        detail.innerHTML = d.html;
-        for (const [id, v] of Object.entries(typed)) { const i = document.getElementById(id); if (i) { i.value = v; } }
-        if (focusID) {
-          const f = document.getElementById(focusID);
-          if (f) { f.focus(); if (caret !== null && f.setSelectionRange) { f.setSelectionRange(caret, caret); } }
+        // Patch what changed, item by item: an item being decided or typed
+        // in is left alone while the others (decided elsewhere, applied)
+        // are redrawn, so a click never lands on a node just replaced.
+        const next = fragment(d.html);
+        const cur = detail.querySelector("section.set-detail");
+        const same = cur && next && [...next.querySelectorAll("li.item")].every((li) => cur.querySelector("#" + li.id));
+        if (!same) {
+          detail.replaceChildren(next);
+          document.body.dataset.ready = "1";
+          return;
         }
-        const r = detail.querySelector(".result");
-        if (r) { r.textContent = result; }
+        for (const li of next.querySelectorAll("li.item")) {
+          const old = cur.querySelector("#" + li.id);
+          if (old.outerHTML === li.outerHTML) { continue; }
+          const box = old.querySelector("input.reason");
+          const typed = box ? box.value : "";
+          const focused = box && document.activeElement === box;
+          const caret = focused ? box.selectionStart : null;
+          old.replaceWith(li);
+          const nb = li.querySelector("input.reason");
+          if (nb && typed) { nb.value = typed; }
+          if (nb && focused) { nb.focus(); if (caret !== null) { nb.setSelectionRange(caret, caret); } }
+        }
+        for (const sel of [".meta", ".confirm-all"]) {
+          const a = cur.querySelector(sel), b = next.querySelector(sel);
+          if (a && b) { if (a.outerHTML !== b.outerHTML) { a.replaceWith(b); } }
+          else if (a) { a.remove(); }
+          else if (b) { cur.querySelector(".result")?.before(b); }
+        }
         document.body.dataset.ready = "1";
       },
     });
