@@ -97,8 +97,9 @@ func isHex64(s string) bool {
 }
 
 // dummyHash is compared against when the identity is unknown, so that a
-// wrong name takes as long as a wrong password.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("heed-console-no-such-user"), bcrypt.DefaultCost)
+// wrong name takes as long as a wrong password. A constant: hashing at
+// start would cost every heed command a bcrypt (seconds in a race build).
+var dummyHash = []byte("$2a$10$4v8nLhPSy5lMYc977AJprOxl9xdeomCBzx2H8hzQy.bhc0ic/08Ce")
 
 // Check returns the user whose identity (or name) and secret (password
 // or token) match.
