@@ -136,27 +136,14 @@ func (s *Server) changeSetEvents(w http.ResponseWriter, r *http.Request, sess *s
 	if send() != nil {
 		return
 	}
-	ping := time.NewTicker(20 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-ping.C:
-			if out.ping() != nil {
-				return
-			}
-		case <-changed:
-			// A burst (confirm all, results) is one redraw.
-			time.Sleep(30 * time.Millisecond)
-			for len(changed) > 0 {
-				<-changed
-			}
-			if send() != nil {
-				return
-			}
+	pump(r.Context(), out, changed, func(_ *nats.Msg, _ bool) error {
+		// A burst (confirm all, results) is one redraw.
+		time.Sleep(30 * time.Millisecond)
+		for len(changed) > 0 {
+			<-changed
 		}
-	}
+		return send()
+	})
 }
 
 type decideRequest struct {

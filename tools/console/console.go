@@ -323,6 +323,28 @@ func (e *sse) send(event string, data any) error {
 	return nil
 }
 
+// pump hands what arrives on ch to fn until the request ends, ch closes
+// (fn sees ok false once) or fn fails, pinging the stream every 20 s
+// meanwhile.
+func pump[T any](ctx context.Context, out *sse, ch <-chan T, fn func(v T, ok bool) error) {
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ping.C:
+			if out.ping() != nil {
+				return
+			}
+		case v, ok := <-ch:
+			if fn(v, ok) != nil || !ok {
+				return
+			}
+		}
+	}
+}
+
 // ping keeps proxies from closing an idle stream.
 func (e *sse) ping() error {
 	if _, err := fmt.Fprint(e.w, ": ping\n\n"); err != nil {

@@ -328,29 +328,15 @@ func (s *Server) inboxEvents(w http.ResponseWriter, r *http.Request, sess *sessi
 		}
 	}
 	_ = out.send("ready", map[string]bool{"live": true})
-	ping := time.NewTicker(20 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-ping.C:
-			if out.ping() != nil {
-				return
-			}
-		case ev, ok := <-changes:
-			if !ok {
-				_ = out.send("reload", map[string]string{})
-				return
-			}
-			if ev.Seq <= sent {
-				continue // sent already (missed, or in the whole inbox)
-			}
-			if send(ev) != nil {
-				return
-			}
+	pump(r.Context(), out, changes, func(ev hubEvent, ok bool) error {
+		switch {
+		case !ok:
+			return out.send("reload", map[string]string{})
+		case ev.Seq <= sent:
+			return nil // sent already (missed, or in the whole inbox)
 		}
-	}
+		return send(ev)
+	})
 }
 
 // answerRequest is what a page sends.

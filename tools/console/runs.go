@@ -221,38 +221,25 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, _ *session) {
 	if !ok {
 		return
 	}
-	ping := time.NewTicker(20 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-ping.C:
-			if out.ping() != nil {
-				return
-			}
-		case m := <-msgs:
-			ev, err := s.c.Bus().Codec().Decode(m)
-			if err != nil {
-				continue
-			}
-			if events.Type(ev.Type()).Kind() == "confirm" && !strings.HasPrefix(ev.Subject(), id+"-") {
-				continue
-			}
-			var seq uint64
-			if md, err := m.Metadata(); err == nil {
-				seq = md.Sequence.Stream
-			}
-			row := s.timelineRowOf(seq, ev)
-			status := ""
-			if events.Type(ev.Type()).Kind() == "run" {
-				status = runstate.NextStatus("", events.Type(ev.Type()))
-			}
-			if out.send("event", map[string]string{"id": ev.ID(), "html": s.fragment("timelinerow", row), "status": status}) != nil {
-				return
-			}
+	pump(r.Context(), out, msgs, func(m *nats.Msg, _ bool) error {
+		ev, err := s.c.Bus().Codec().Decode(m)
+		if err != nil {
+			return nil
 		}
-	}
+		if events.Type(ev.Type()).Kind() == "confirm" && !strings.HasPrefix(ev.Subject(), id+"-") {
+			return nil
+		}
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		row := s.timelineRowOf(seq, ev)
+		status := ""
+		if events.Type(ev.Type()).Kind() == "run" {
+			status = runstate.NextStatus("", events.Type(ev.Type()))
+		}
+		return out.send("event", map[string]string{"id": ev.ID(), "html": s.fragment("timelinerow", row), "status": status})
+	})
 }
 
 type runActionRequest struct {
