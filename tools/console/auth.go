@@ -238,3 +238,17 @@ func checkCSRF(r *http.Request, want string) error {
 	}
 	return nil
 }
+
+// ByToken returns the user a bearer token belongs to (token_sha256), for
+// programs that sign in with a token alone (heed mcp --listen).
+func (u *Users) ByToken(token string) (*User, bool) {
+	sum := sha256.Sum256([]byte(token))
+	var found *User
+	for i := range u.Users {
+		want, err := hex.DecodeString(u.Users[i].TokenSHA256)
+		if err == nil && len(want) == len(sum) && subtle.ConstantTimeCompare(sum[:], want) == 1 {
+			found = &u.Users[i]
+		}
+	}
+	return found, found != nil
+}

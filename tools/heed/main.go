@@ -169,6 +169,7 @@ failed steps and survive a crash of any process.
 		newEscalationCmd(g),
 		newChangesCmd(g),
 		newConsoleCmd(g),
+		newMCPCmd(g),
 		newSkillCmd(g),
 		newPrefsCmd(g),
 		newFixesCmd(g),

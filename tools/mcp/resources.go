@@ -1,0 +1,140 @@
+package heedmcp
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+)
+
+const (
+	confirmationsURI = "heed://confirmations"
+	runURIPrefix     = "heed://run/"
+)
+
+func (s *Server) addResources() {
+	s.srv.AddResource(&mcp.Resource{URI: confirmationsURI, Name: "confirmations", Title: "Pending confirmations",
+		Description: "Every confirmation waiting for an answer: id, question, options, default, deadline, run. Subscribe to be told when it changes.", MIMEType: "application/json"}, s.readConfirmations)
+	s.srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: runURIPrefix + "{id}", Name: "run", Title: "A run's timeline",
+		Description: "A run's status and every event in order. Subscribe to be told when it changes.", MIMEType: "application/json"}, s.readRun)
+}
+
+type pendingConfirmation struct {
+	ID        string          `json:"id"`
+	Title     string          `json:"title,omitempty"`
+	Message   string          `json:"message"`
+	Options   []events.Option `json:"options"`
+	Default   string          `json:"default,omitempty"`
+	Deadline  time.Time       `json:"deadline,omitzero"`
+	RunID     string          `json:"run_id,omitempty"`
+	Approvers []string        `json:"approvers,omitempty"`
+}
+
+func (s *Server) readConfirmations(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	entries, err := s.c.Index(ctx, "confirm")
+	if err != nil {
+		return nil, toolError(err)
+	}
+	out := []pendingConfirmation{}
+	for _, e := range entries {
+		if e.Status != readmodel.StatusPending && e.Status != readmodel.StatusDelegated {
+			continue
+		}
+		st, err := s.c.Confirmation(ctx, e.ID)
+		if err != nil || st.Request == nil || !st.Open() {
+			continue
+		}
+		p := pendingConfirmation{ID: e.ID, Title: st.Request.Title, Message: st.Request.Message, Options: st.Request.Options, Default: st.Gate.Default,
+			RunID: st.Request.RunID, Approvers: st.Request.Approvers}
+		if st.Request.TimeoutS > 0 {
+			p.Deadline = st.RequestedAt.Add(time.Duration(st.Request.TimeoutS * float64(time.Second)))
+		}
+		out = append(out, p)
+	}
+	return jsonResource(req.Params.URI, out)
+}
+
+type runTimeline struct {
+	RunResult
+	Events []timelineEvent `json:"events"`
+}
+
+type timelineEvent struct {
+	Seq  uint64          `json:"seq"`
+	Type string          `json:"type"`
+	ID   string          `json:"id"`
+	Time time.Time       `json:"time"`
+	Data json.RawMessage `json:"data"`
+}
+
+func (s *Server) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	id := strings.TrimPrefix(req.Params.URI, runURIPrefix)
+	if !events.ValidID(id) {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	r, err := s.c.Run(ctx, id)
+	if err != nil || r.LastSeq == 0 {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	msgs, err := s.c.History(ctx, events.SubjectFilter("run", id))
+	if err != nil {
+		return nil, toolError(err)
+	}
+	out := runTimeline{RunResult: s.result(ctx, r), Events: []timelineEvent{}}
+	for _, m := range msgs {
+		if m.Event == nil {
+			continue
+		}
+		out.Events = append(out.Events, timelineEvent{Seq: m.Seq, Type: m.Event.Type(), ID: m.Event.ID(), Time: m.Event.Time(), Data: m.Event.Data()})
+	}
+	return jsonResource(req.Params.URI, out)
+}
+
+func jsonResource(uri string, v any) (*mcp.ReadResourceResult, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(b)}}}, nil
+}
+
+// subscribe tells subscribers when a resource changes: the log's own
+// subjects, live.
+func (s *Server) subscribe(uri string) error {
+	var subject string
+	switch {
+	case uri == confirmationsURI:
+		subject = "heed.confirm.*.>"
+	case strings.HasPrefix(uri, runURIPrefix) && events.ValidID(strings.TrimPrefix(uri, runURIPrefix)):
+		subject = events.SubjectFilter("run", strings.TrimPrefix(uri, runURIPrefix))
+	default:
+		return mcp.ResourceNotFoundError(uri)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs[uri] != nil {
+		return nil
+	}
+	sub, err := s.c.Conn().Subscribe(subject, func(*nats.Msg) {
+		_ = s.srv.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+	})
+	if err != nil {
+		return err
+	}
+	s.subs[uri] = sub
+	return nil
+}
+
+func (s *Server) unsubscribe(uri string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sub := s.subs[uri]; sub != nil {
+		_ = sub.Unsubscribe()
+		delete(s.subs, uri)
+	}
+}
