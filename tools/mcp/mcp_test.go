@@ -245,7 +245,9 @@ func TestSkillsThroughMCP(t *testing.T) {
 	}
 }
 
-func errorf(format string, args ...any) error { return &strErr{s: strings.TrimSpace(sprintf(format, args...))} }
+func errorf(format string, args ...any) error {
+	return &strErr{s: strings.TrimSpace(sprintf(format, args...))}
+}
 
 type strErr struct{ s string }
 

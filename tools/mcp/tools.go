@@ -403,4 +403,3 @@ func (s *Server) stats(ctx context.Context, _ *mcp.CallToolRequest, _ StatsIn) (
 	return nil, StatsOut{AutoHealRate: st.AutoHealRate(), TotalFailures: st.TotalFailures, AutoFixed: st.AutoFixed, AgentFixed: st.AgentFixed,
 		ManualRequired: st.ManualRequired, FixesLearned: st.FixesLearned, Escalations: est, ChangeSets: cst}, nil
 }
-
