@@ -43,6 +43,13 @@ if [ ! -d "$agent/node_modules/@nats-io/transport-node" ] || [ "$agent/package-l
   echo "installing the JavaScript agent's packages (npm ci)"
   npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error
 fi
+# The MCP Inspector, whose CLI mode drives heed mcp (tools/heed,
+# TestMCPWithTheInspector); exactly what its lock file names.
+insp=tools/mcp/testdata/inspector
+if [ ! -x "$insp/node_modules/.bin/mcp-inspector" ] || [ "$insp/package-lock.json" -nt "$insp/node_modules/.package-lock.json" ]; then
+  echo "installing the MCP Inspector (npm ci)"
+  npm ci --prefix "$insp" --no-audit --no-fund --loglevel=error
+fi
 # The doc test (tools/heed, TestDocsCommands) runs the nats commands the
 # docs show; the nats CLI comes through the Go module proxy.
 gobin="$(go env GOBIN)"

@@ -80,7 +80,7 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "heed mcp: streamable HTTP on http://%s/mcp (Ctrl-C to stop)\n", addr)
+			fmt.Fprintf(cmd.OutOrStdout(), "heed mcp: streamable HTTP on http://%s/mcp (Ctrl-C to stop)\n", addr)
 			return <-done
 		},
 	}
