@@ -45,6 +45,7 @@ var sections = []section{
 	{name: "escalation", title: "Escalations: 100 operations learned from, routing latency at 1,000 requests/s, 10,000 held (heed up in its own process)", run: runEscalation},
 	{name: "changeset", title: "Change sets: 1,000 sets of 10 items proposed, decided item by item by 20 reviewers, applied (heed up in its own process)", run: runChangeSet},
 	{name: "console", title: "Console: the inbox with 1,000 pending requests (heed up in its own process)", run: runConsole},
+	{name: "mcp", title: "MCP: a tool call's overhead over the command it wraps (heed up in its own process)", run: runMCP},
 	{name: "heal", title: "Healing and learning: load generator over 1,000 runs", run: runHeal},
 }
 
