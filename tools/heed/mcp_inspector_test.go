@@ -86,18 +86,6 @@ func TestMCPWithTheInspector(t *testing.T) {
 			t.Errorf("tools/list over stdio lacks %s: %v", want, found)
 		}
 	}
-	run := structured(t, inspector(t, append(stdio, "--method", "tools/call", "--tool-name", "skill_run", "--tool-arg", "skill=release_prod",
-		"--tool-arg", `inputs={"commit_sha":"`+sha+`"}`, "--tool-arg", "wait_s=20")...))
-	id := fmt.Sprint(run["run_id"])
-	if run["status"] != "paused" || !strings.Contains(fmt.Sprint(run["next"]), "skill_continue") {
-		t.Fatalf("skill_run over stdio: %v", run)
-	}
-	done := structured(t, inspector(t, append(stdio, "--method", "tools/call", "--tool-name", "skill_continue", "--tool-arg", "run_id="+id,
-		"--tool-arg", "choice=proceed", "--tool-arg", "reason=reviewed", "--tool-arg", "wait_s=20")...))
-	if done["status"] != "completed" {
-		t.Fatalf("skill_continue over stdio: %v", done)
-	}
-
 	// Streamable HTTP with a bearer token.
 	token := "inspector-token-0123456789abcdef"
 	tokens := filepath.Join(t.TempDir(), "mcp-tokens.yaml")
@@ -112,24 +100,67 @@ func TestMCPWithTheInspector(t *testing.T) {
 	if list := inspector(t, append(overHTTP, "--method", "tools/list")...); len(list["tools"].([]any)) < 15 {
 		t.Fatalf("tools/list over HTTP: %v", list)
 	}
-	failed := structured(t, inspector(t, append(overHTTP, "--method", "tools/call", "--tool-name", "skill_run", "--tool-arg", "skill=check_image",
-		"--tool-arg", "inputs={\"tag\":\"0123456\"}", "--tool-arg", "wait_s=30")...))
-	fid := fmt.Sprint(failed["run_id"])
-	if failed["status"] != "paused" || !strings.Contains(fmt.Sprint(failed["failure"]), "manifest unknown") {
-		t.Fatalf("a failed step over HTTP: %v", failed)
-	}
-	retried := structured(t, inspector(t, append(overHTTP, "--method", "tools/call", "--tool-name", "skill_retry_step", "--tool-arg", "run_id="+fid,
-		"--tool-arg", `args={"tag":"`+sha+`"}`, "--tool-arg", "reason=the registry keeps full shas", "--tool-arg", "wait_s=30")...))
-	if retried["status"] != "completed" {
-		t.Fatalf("skill_retry_step over HTTP: %v", retried)
-	}
-	checkFor(t, 20*time.Second, 200*time.Millisecond, func() error {
-		out, _, code := runCLI(t, "--nats-url", h.url, "fixes", "list", "--json")
-		if code != 0 || !strings.Contains(out, `"source": "agent"`) || !strings.Contains(out, "quay_check") {
-			return fmt.Errorf("no fix learned from the agent yet: %s", out)
+
+	// Over each transport: a run through pause → skill_continue →
+	// completed, and a failure → skill_retry_step with the fix → the fix
+	// learned (then forgotten, so that the next transport meets the
+	// failure again instead of the healer fixing it).
+	for _, tr := range []struct {
+		name  string
+		args  []string
+		agent string
+	}{{"stdio", stdio, "agent:inspector"}, {"http", overHTTP, "agent:remote"}} {
+		call := func(tool string, args ...string) map[string]any {
+			a := append(append([]string{}, tr.args...), "--method", "tools/call", "--tool-name", tool)
+			for _, x := range args {
+				a = append(a, "--tool-arg", x)
+			}
+			return structured(t, inspector(t, a...))
 		}
-		return nil
-	})
+		run := call("skill_run", "skill=release_prod", `inputs={"commit_sha":"`+sha+`"}`, "wait_s=20")
+		if run["status"] != "paused" || !strings.Contains(fmt.Sprint(run["next"]), "skill_continue") {
+			t.Fatalf("%s: skill_run: %v", tr.name, run)
+		}
+		if done := call("skill_continue", "run_id="+fmt.Sprint(run["run_id"]), "choice=proceed", "reason=reviewed", "wait_s=20"); done["status"] != "completed" {
+			t.Fatalf("%s: skill_continue: %v", tr.name, done)
+		}
+		failed := call("skill_run", "skill=check_image", `inputs={"tag":"0123456"}`, "wait_s=30")
+		if failed["status"] != "paused" || !strings.Contains(fmt.Sprint(failed["failure"]), "manifest unknown") {
+			t.Fatalf("%s: a failed step: %v", tr.name, failed)
+		}
+		if retried := call("skill_retry_step", "run_id="+fmt.Sprint(failed["run_id"]), `args={"tag":"`+sha+`"}`, "reason=the registry keeps full shas", "wait_s=30"); retried["status"] != "completed" {
+			t.Fatalf("%s: skill_retry_step: %v", tr.name, retried)
+		}
+		var fixID string
+		checkFor(t, 20*time.Second, 200*time.Millisecond, func() error {
+			out, _, code := runCLI(t, "--nats-url", h.url, "fixes", "list", "--json")
+			var fixes []struct {
+				ID     string `json:"id"`
+				Tool   string `json:"tool"`
+				Source string `json:"source"`
+				By     string `json:"by"`
+			}
+			if code != 0 || json.Unmarshal([]byte(out), &fixes) != nil {
+				return fmt.Errorf("heed fixes list: %d %s", code, out)
+			}
+			for _, f := range fixes {
+				if f.Tool == "quay_check" && f.Source == "agent" {
+					fixID = f.ID
+					return nil
+				}
+			}
+			return fmt.Errorf("no fix learned from %s yet: %s", tr.agent, out)
+		})
+		if _, errOut, code := runCLI(t, "--nats-url", h.url, "fixes", "forget", fixID); code != 0 {
+			t.Fatalf("forget %s: %s", fixID, errOut)
+		}
+		checkFor(t, 20*time.Second, 200*time.Millisecond, func() error {
+			if out, _, _ := runCLI(t, "--nats-url", h.url, "fixes", "list", "--json"); strings.Contains(out, fixID) {
+				return fmt.Errorf("the fix is still listed")
+			}
+			return nil
+		})
+	}
 	// Without the token: refused.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

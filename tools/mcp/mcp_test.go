@@ -238,6 +238,19 @@ func TestSkillsThroughMCP(t *testing.T) {
 		t.Errorf("skill_retry_step with args that are not an object was accepted")
 	}
 
+	// A paused run cancelled.
+	var another, cancelled heedmcp.RunResult
+	r.must("skill_run", map[string]any{"skill": "release_prod", "inputs": map[string]any{"commit_sha": sha}, "wait_s": 20}, &another)
+	r.must("skill_cancel", map[string]any{"run_id": another.RunID, "reason": "not today"}, &cancelled)
+	if cancelled.Status != "cancelled" {
+		t.Errorf("skill_cancel: %+v", cancelled)
+	}
+	var status heedmcp.RunResult
+	r.must("skill_status", map[string]any{"run_id": another.RunID}, &status)
+	if status.Status != "cancelled" || !strings.Contains(status.Next, "over") {
+		t.Errorf("skill_status: %+v", status)
+	}
+
 	// The run as a resource, with its timeline.
 	res, err := r.session.ReadResource(ctx, &mcp.ReadResourceParams{URI: "heed://run/" + done.RunID})
 	if err != nil || len(res.Contents) != 1 || !strings.Contains(res.Contents[0].Text, `"heed.run.completed"`) {
@@ -299,6 +312,24 @@ func TestPeopleAndChangesThroughMCP(t *testing.T) {
 		t.Errorf("confirmation_answer: %+v", ans)
 	}
 	r.refused("confirmation_answer", map[string]any{"id": asked.ID, "choice": "cancel"}, "already answered")
+	// Asked and waited for: a person answers meanwhile.
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		index, err := r.c.Index(ctx, "confirm")
+		if err != nil {
+			return
+		}
+		for _, e := range index {
+			if e.Status == "pending" {
+				_, _ = r.c.Answer(ctx, command.AnswerConfirmation{ID: e.ID, Choice: "cancel", By: "user:alice", Channel: "web", Reason: "not now"})
+			}
+		}
+	}()
+	var waited heedmcp.ConfirmRequestOut
+	r.must("confirmation_request", map[string]any{"message": "Shall I page the on-call?", "wait_s": 15}, &waited)
+	if !waited.Answered || waited.Choice != "cancel" || waited.By != "user:alice" || waited.Reason != "not now" {
+		t.Errorf("confirmation_request with wait_s: %+v", waited)
+	}
 	var only heedmcp.ConfirmRequestOut
 	r.must("confirmation_request", map[string]any{"message": "Only Alice may say", "approvers": []string{"user:alice"}}, &only)
 	r.refused("confirmation_answer", map[string]any{"id": only.ID, "choice": "proceed"}, "may not answer")

@@ -311,7 +311,7 @@ func (s *Server) confirmRequest(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, ConfirmRequestOut{}, toolError(err)
 	}
-	out := ConfirmRequestOut{ID: rep.ID, Deadline: rep.Deadline, Next: fmt.Sprintf("nobody answered yet: call confirmation_request again is not needed; wait for heed.confirm.%s.answered, or ask with wait_s", rep.ID)}
+	out := ConfirmRequestOut{ID: rep.ID, Deadline: rep.Deadline, Next: fmt.Sprintf("nobody has answered yet: the answer will be heed.confirm.%s.answered; subscribe to the resource heed://confirmations to be told when it leaves the pending list, or ask with wait_s next time", rep.ID)}
 	if in.WaitS > 0 {
 		wctx, cancel := context.WithTimeout(ctx, waitOf(in.WaitS))
 		defer cancel()
