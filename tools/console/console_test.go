@@ -26,14 +26,9 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
-	"github.com/heedhq/heed/lib/service"
-	"github.com/heedhq/heed/lib/service/servicetest"
-	"github.com/heedhq/heed/services/changesets"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/indexer"
-	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/heedhq/heed/tools/console"
+	"github.com/heedhq/heed/tools/internal/heedtest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -60,27 +55,9 @@ func repoRoot(t *testing.T) string {
 func startRig(t *testing.T) *rig {
 	t.Helper()
 	root := repoRoot(t)
-	t.Setenv("HEED_SIM_STATE", t.TempDir()) // the example tools' state (the runner runs in this process)
-	tools := filepath.Join(root, "skills", "tools.yaml")
-	env := eventstest.Start(t)
-	servicetest.Start(t, env, "indexer", indexer.Run)
-	servicetest.Start(t, env, "learner", learner.Run)
-	servicetest.Start(t, env, "runner", func(ctx context.Context, rt *service.Runtime) error {
-		return runner.Run(ctx, rt, runner.Config{ToolsFile: tools})
-	})
-	servicetest.Start(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "changesets", func(ctx context.Context, rt *service.Runtime) error {
-		return changesets.Run(ctx, rt, changesets.Config{ToolsFile: tools})
-	})
+	c := heedtest.Start(t, root, "heed/console-test")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := heedclient.Connect(ctx, env.URL(), heedclient.Source("heed/console-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	aliceHash, _ := console.HashPassword(alicePassword)
 	bobHash, _ := console.HashPassword(bobPassword)
 	users, err := console.ParseUsers("users.yaml", []byte(fmt.Sprintf(`users:

@@ -15,15 +15,7 @@ import (
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
-	"github.com/heedhq/heed/lib/service"
-	"github.com/heedhq/heed/lib/service/servicetest"
-	"github.com/heedhq/heed/services/changesets"
-	"github.com/heedhq/heed/services/confirm"
-	"github.com/heedhq/heed/services/escalator"
-	"github.com/heedhq/heed/services/healer"
-	"github.com/heedhq/heed/services/indexer"
-	"github.com/heedhq/heed/services/learner"
-	"github.com/heedhq/heed/services/runner"
+	"github.com/heedhq/heed/tools/internal/heedtest"
 	heedmcp "github.com/heedhq/heed/tools/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -54,8 +46,6 @@ func startRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("HEED_SIM_STATE", t.TempDir())
-	tools := filepath.Join(root, "skills", "tools.yaml")
 	skills := t.TempDir()
 	for _, f := range []string{"release_prod.yaml", "groom_task.yaml"} {
 		b, err := os.ReadFile(filepath.Join(root, "skills", f))
@@ -69,31 +59,9 @@ func startRig(t *testing.T) *rig {
 	if err := os.WriteFile(filepath.Join(skills, "check_tag.yaml"), []byte(checkTagSkill), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := eventstest.Start(t)
-	servicetest.Start(t, env, "indexer", indexer.Run)
-	servicetest.Start(t, env, "learner", learner.Run)
-	servicetest.Start(t, env, "runner", func(ctx context.Context, rt *service.Runtime) error {
-		return runner.Run(ctx, rt, runner.Config{ToolsFile: tools})
-	})
-	servicetest.Start(t, env, "healer", func(ctx context.Context, rt *service.Runtime) error {
-		return healer.Run(ctx, rt, healer.Config{ToolsFile: tools})
-	})
-	servicetest.Start(t, env, "confirm-router", func(ctx context.Context, rt *service.Runtime) error {
-		return confirm.Run(ctx, rt, confirm.Config{})
-	})
-	servicetest.Start(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
-		return escalator.Run(ctx, rt, escalator.Config{})
-	})
-	servicetest.Start(t, env, "changesets", func(ctx context.Context, rt *service.Runtime) error {
-		return changesets.Run(ctx, rt, changesets.Config{ToolsFile: tools})
-	})
+	c := heedtest.Start(t, root, "heed/mcp-test")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := heedclient.Connect(ctx, env.URL(), heedclient.Source("heed/mcp-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	srv := heedmcp.New(c, heedmcp.Config{Identity: "agent:claude", SkillsDir: skills, Log: eventstest.Logger(t)})
 	t.Cleanup(srv.Close)
 	st, ct := mcp.NewInMemoryTransports()

@@ -147,6 +147,8 @@ var wiring = map[string]bool{
 	// runner beside the bridge under test; the bridges themselves use
 	// only the client.
 	"tools/bridge/internal/bridgetest/bridgetest.go": true,
+	// The console's and the MCP server's tests start every service.
+	"tools/internal/heedtest/heedtest.go": true,
 }
 
 // TestToolsUseTheClient: the programs under tools/ talk to heed through the
