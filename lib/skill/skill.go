@@ -77,6 +77,10 @@ type Step struct {
 	Kind        Kind
 	Tool        string
 	Args        *Value
+	// Before is what the step's call of a deferred tool changes, as the
+	// skill saw it (a template mapping): the item's before → after, and
+	// what the tool's check compares with before the item is applied.
+	Before      *Value
 	Compute     *Expr
 	Confirm     *Confirm
 	Condition   *Expr
@@ -348,7 +352,7 @@ func anyKeys(n *yaml.Node) []string {
 }
 
 func (l *loader) step(n *yaml.Node, i int, sc scope) *Step {
-	_, f := l.fields(n, fmt.Sprintf("step %d", i+1), "name", "description", "tool", "args", "compute", "confirm", "condition", "on_error", "retry", "output")
+	_, f := l.fields(n, fmt.Sprintf("step %d", i+1), "name", "description", "tool", "args", "before", "compute", "confirm", "condition", "on_error", "retry", "output")
 	if f == nil {
 		return nil
 	}
@@ -388,17 +392,30 @@ func (l *loader) step(n *yaml.Node, i int, sc scope) *Step {
 				st.Args = l.value(a, sc, what+" args")
 			}
 		}
+		if b := f["before"]; b != nil {
+			if b.Kind != yaml.MappingNode {
+				l.errs.add(l.pos(b), "%s: before must be a mapping", what)
+			} else {
+				st.Before = l.value(b, sc, what+" before")
+			}
+		}
 	case f["compute"] != nil:
 		st.Kind = KindCompute
 		st.Compute = l.c.expr(l.str(f["compute"], "compute"), l.blockPos(f["compute"]), sc, what+" compute")
 		if f["args"] != nil {
 			l.errs.add(l.pos(f["args"]), "%s: args belong to tool steps", what)
 		}
+		if f["before"] != nil {
+			l.errs.add(l.pos(f["before"]), "%s: before belongs to tool steps", what)
+		}
 	case f["confirm"] != nil:
 		st.Kind = KindConfirm
 		st.Confirm = l.confirm(f["confirm"], sc, what)
 		if f["args"] != nil {
 			l.errs.add(l.pos(f["args"]), "%s: args belong to tool steps", what)
+		}
+		if f["before"] != nil {
+			l.errs.add(l.pos(f["before"]), "%s: before belongs to tool steps", what)
 		}
 	}
 	if o := f["on_error"]; o != nil {

@@ -50,7 +50,17 @@ func queuedIDs(out any) []any {
 // queue completes a deferred step with the ids its items will have.
 func (d *decider) queue(r *runstate.Run, i, attempt int, args map[string]any, em *emitter) {
 	st := r.Skill.Steps[i]
-	items, err := changeset.Items(d.tools, []command.ProposedCall{{Tool: st.Tool, Args: args}})
+	var before map[string]any
+	if st.Before != nil {
+		v, err := st.Before.Render(r.Env())
+		if err != nil {
+			em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool,
+				Error: events.ErrorInfo{Message: "before: " + err.Error(), Kind: "template"}})
+			return
+		}
+		before, _ = jsonable(v).(map[string]any)
+	}
+	items, err := changeset.Items(d.tools, []command.ProposedCall{{Tool: st.Tool, Args: args, Before: before}})
 	if err != nil {
 		em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool,
 			Error: events.ErrorInfo{Message: "queue for review: " + strings.TrimPrefix(err.Error(), "call 1 ("+st.Tool+"): "), Kind: "review"}})
@@ -70,6 +80,9 @@ func (d *decider) queue(r *runstate.Run, i, attempt int, args map[string]any, em
 	}
 	out := map[string]any{"queued": true, "change_set": setList[0], "items": ids,
 		"message": fmt.Sprintf("queued for review in %s (proposed when the run ends); not run", strings.Join(setList, ", "))}
+	if before != nil {
+		out["before"] = before // what the proposal at the run's end says the step saw
+	}
 	em.emit(events.RunStepCompleted, stepSuffix(i, attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: attempt, Output: out})
 }
 
@@ -85,7 +98,9 @@ func (d *decider) propose(r *runstate.Run, em *emitter) {
 	var calls []command.ProposedCall
 	for i := range r.Steps {
 		if r.Steps[i].Status == runstate.StepCompleted && d.deferred(r, i) && len(queuedIDs(r.Steps[i].Output)) > 0 {
-			calls = append(calls, command.ProposedCall{Tool: r.Skill.Steps[i].Tool, Args: r.Steps[i].Args})
+			out, _ := r.Steps[i].Output.(map[string]any)
+			before, _ := out["before"].(map[string]any)
+			calls = append(calls, command.ProposedCall{Tool: r.Skill.Steps[i].Tool, Args: r.Steps[i].Args, Before: before})
 		}
 	}
 	if len(calls) == 0 {

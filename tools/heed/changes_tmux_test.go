@@ -61,7 +61,7 @@ func TestChangesReviewAtTheTerminal(t *testing.T) {
 	p.typeLine(fmt.Sprintf("'%s' --nats-url %s changes; echo EXIT=$?", heedBin, h.url))
 	sc := p.waitScreen("the change set's card", 30*time.Second, func(sc string) bool { return strings.Contains(sc, "1-9,0 item · c confirm") })
 	for _, want := range []string{"suggests 7 changes for skill:groom_task", id + " · pending", `▶ 1) Set title to "Fix login bug"`, "2) Set estimate to 120 min",
-		"┄┄ Checklist items (5) ┄┄", `7) Add checklist item: "Run smoke tests"`} {
+		"┄┄ Checklist items (5) ┄┄", `7) Add checklist item: "Run smoke tests"`, "title: login → Fix login bug"} {
 		if !strings.Contains(sc, want) {
 			t.Errorf("the card lacks %q:\n%s", want, sc)
 		}
