@@ -80,14 +80,14 @@ type Step struct {
 	// Before is what the step's call of a deferred tool changes, as the
 	// skill saw it (a template mapping): the item's before → after, and
 	// what the tool's check compares with before the item is applied.
-	Before      *Value
-	Compute     *Expr
-	Confirm     *Confirm
-	Condition   *Expr
-	OnError     OnError
-	Retry       Retry
-	Output      string
-	Pos         Pos
+	Before    *Value
+	Compute   *Expr
+	Confirm   *Confirm
+	Condition *Expr
+	OnError   OnError
+	Retry     Retry
+	Output    string
+	Pos       Pos
 }
 
 // Retry is the retry policy of an on_error: retry step.
