@@ -108,3 +108,14 @@ func (g *gates) state(id string) *confirmation.State {
 	}
 	return nil
 }
+
+// compact drops, under the cache's lock, what only the answer that took
+// effect needed of a cached confirmation: the answer command clones
+// cached states at any moment.
+func (g *gates) compact(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st, ok := g.m[id]; ok {
+		st.Compact()
+	}
+}

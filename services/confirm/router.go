@@ -308,7 +308,10 @@ func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *c
 		}
 	}
 	out, err := r.remember(ctx, id, d.Event.ID(), st.Request, &a.Data)
-	st.Compact()
+	// The cached copy, if that is what st is, is shared with the answer
+	// command's clones: compact it under the cache's lock (a state read
+	// from the log is dropped anyway).
+	r.gates.compact(id)
 	return out, err
 }
 
