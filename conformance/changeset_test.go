@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,6 +100,33 @@ func TestChangeSetFromOutside(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 
+	// Listing and the agent's history, as its next wake reads them.
+	var list struct {
+		Sets []struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"sets"`
+	}
+	mustRequest(t, h.nc, "heed.cmd.changeset.list", map[string]any{"agent": "agent:outside"}, &list)
+	if len(list.Sets) != 1 || list.Sets[0].ID != "conf-cs-1" || list.Sets[0].Status != "partially_resolved" {
+		t.Errorf("list %+v", list)
+	}
+	checkFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		var hist struct {
+			Text      string `json:"text"`
+			Decisions []struct {
+				Item    int    `json:"item"`
+				Verdict string `json:"verdict"`
+				By      string `json:"by"`
+			} `json:"decisions"`
+		}
+		mustRequest(t, h.nc, "heed.cmd.changeset.history", map[string]any{"agent": "agent:outside", "subject": "task-conf"}, &hist)
+		if len(hist.Decisions) != 2 || !strings.Contains(hist.Text, `✓ set_task_title(task="task-conf", title="From outside") — confirmed`) {
+			return fmt.Errorf("history %+v", hist)
+		}
+		return nil
+	})
+
 	// Bad input: a clear error, nothing written.
 	for _, c := range []struct {
 		subject string
@@ -108,11 +137,21 @@ func TestChangeSetFromOutside(t *testing.T) {
 		{"heed.cmd.changeset.propose", map[string]any{"agent": "a", "subject": "s", "calls": []map[string]any{}}, "invalid_request"},
 		{"heed.cmd.changeset.decide", map[string]any{"id": "conf-cs-none", "items": []int{1}, "verdict": "confirmed", "by": "x"}, "not_found"},
 		{"heed.cmd.changeset.decide", map[string]any{"id": "conf-cs-1", "items": []int{3}, "verdict": "maybe", "by": "x"}, "invalid_request"},
+		{"heed.cmd.changeset.decide", map[string]any{"id": "conf-cs-1", "items": []int{9}, "verdict": "confirmed", "by": "x"}, "invalid_request"},
+		{"heed.cmd.changeset.status", map[string]any{"id": "conf-cs-none"}, "not_found"},
+		{"heed.cmd.changeset.history", map[string]any{"subject": "task-conf"}, "invalid_request"},
 	} {
 		err := request(h.nc, c.subject, c.body, nil)
 		var ce *cmdError
 		if !errors.As(err, &ce) || ce.Code != c.code || ce.HeaderCode != c.code || ce.Message == "" {
 			t.Errorf("%s %v: %v, want %s", c.subject, c.body, err, c.code)
 		}
+	}
+	// Nothing of the refused requests was written.
+	if n := len(streamMsgs(t, h.js, "heed.changeset.conf-cs-1.decided")); n != 2 {
+		t.Errorf("%d decided events, want the two that were sent", n)
+	}
+	if n := len(streamMsgs(t, h.js, "heed.changeset.*.proposed")); n != 1 {
+		t.Errorf("%d proposals, want 1", n)
 	}
 }

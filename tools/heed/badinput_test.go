@@ -40,6 +40,18 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	if err := os.WriteFile(noSecret, []byte("listen: 127.0.0.1:0\nslack: {channel: C1, token_env: HEED_TEST_UNSET_TOKEN, signing_secret_env: HEED_TEST_UNSET_TOKEN}\nusers: {U1: alice}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	immediate := filepath.Join(dir, "calls-immediate.json")
+	if err := os.WriteFile(immediate, []byte(`[{"tool":"read_task","args":{"task":"t1"}}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notCalls := filepath.Join(dir, "calls-bad.json")
+	if err := os.WriteFile(notCalls, []byte(`{"tool":"set_task_title"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noHash := filepath.Join(dir, "users-nohash.yaml")
+	if err := os.WriteFile(noHash, []byte("users:\n  - {identity: \"user:alice\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fix := []string{"fixes", "learn", "--pattern", "manifest unknown", "--description", "use the full sha"}
 	for _, c := range []struct {
 		name  string
@@ -73,6 +85,17 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"chat: no such config", []string{"chat", filepath.Join(dir, "nope.yaml")}, "invalid_request", "chat config: open", false},
 		{"chat: nobody mapped", []string{"chat", noUsers}, "invalid_request", "users is empty", false},
 		{"chat: the token's variable unset", []string{"chat", noSecret}, "invalid_request", "slack token: $HEED_TEST_UNSET_TOKEN is empty or unset", false},
+		{"changes confirm: not an id", []string{"changes", "confirm", "a.b", "1"}, "invalid_request", `"a.b" is not a valid change set id`, false},
+		{"changes reject: item 11", []string{"changes", "reject", "cs-x", "11"}, "invalid_request", `item "11": use the item's number, 1 to 10`, false},
+		{"changes confirm: no items, no --all", []string{"changes", "confirm", "cs-x"}, "invalid_request", "name the items by number", false},
+		{"changes defer --all", []string{"changes", "defer", "cs-x", "--all"}, "invalid_request", "unknown flag: --all", true},
+		{"changes show: unknown set", []string{"changes", "show", "cs-nosuch"}, "not_found", `no change set "cs-nosuch"`, false},
+		{"changes propose: an immediate tool", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", immediate}, "invalid_request", "call 1 (read_task): an immediate tool is not reviewed", false},
+		{"changes propose: not a list of calls", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", notCalls}, "invalid_request", "a JSON array of", false},
+		{"console: no users file", []string{"console"}, "invalid_request", "--users: the console needs a users file", false},
+		{"console: a user nobody can sign in as", []string{"console", "--users", noHash}, "invalid_request", "user user:alice has neither password_bcrypt nor token_sha256", false},
+		{"up --console-listen without users", []string{"up", "--data", filepath.Join(dir, "data"), "--nats-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0"}, "invalid_request", "--console-users: the console needs a users file", false},
+		{"mcp --listen without tokens", []string{"mcp", "--listen", "127.0.0.1:0"}, "invalid_request", "--listen needs --tokens", false},
 		{"unknown command", []string{"fixs"}, "invalid_request", `unknown command "fixs" for "heed" (did you mean "fixes"?)`, true},
 		{"unknown subcommand", []string{"fixes", "teach"}, "invalid_request", `unknown command "teach" for "heed fixes"`, true},
 		{"unknown help topic", []string{"help", "fixs"}, "invalid_request", `unknown help topic "fixs" (did you mean "fixes"?)`, true},
@@ -111,7 +134,10 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 			}
 		})
 	}
-	// Nothing of it was recorded: no fix was learned.
+	// Nothing of it was recorded: no fix was learned, no change set proposed.
+	if out, errOut, code := runCLI(t, "--nats-url", h.url, "changes", "list", "--all"); code != 0 || !strings.Contains(out, "(no change sets)") {
+		t.Errorf("heed changes list after refused proposals: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
 	if out, errOut, code := runCLI(t, "--nats-url", h.url, "fixes", "list"); code != 0 || !strings.Contains(out, "(no learned fixes)") {
 		t.Errorf("heed fixes list after refused fixes: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

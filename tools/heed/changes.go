@@ -304,7 +304,11 @@ func listChanges(cmd *cobra.Command, g *globals, c *client, req command.ListChan
 		return nil
 	}
 	if len(rep.Sets) == 0 {
-		fmt.Fprintln(out, "(no open change sets)")
+		if req.All {
+			fmt.Fprintln(out, "(no change sets)")
+		} else {
+			fmt.Fprintln(out, "(no open change sets)")
+		}
 		return nil
 	}
 	pal := g.palette(cmd)
