@@ -461,6 +461,12 @@ func TestLoadToolsFile(t *testing.T) {
 		{"tools:\n  x: {command: a, argz: []}\n", "field argz not found"},
 		{"tools:\n  x:\n", "tool x: empty definition"},
 		{"tools:\n  bad.name: {command: a}\n", "tool bad.name: name"},
+		{"tools:\n  x: {command: a, review: later}\n", `tool x: review "later": use immediate or deferred`},
+		{"tools:\n  x: {command: a, summary: \"{{ inputs.x }}\"}\n", "tool x: summary"},
+		{"tools:\n  x: {command: a, check: nope}\n", `tool x: check: "nope" is not another tool of this file`},
+		{"tools:\n  x: {command: a, explode: {field: items, tool: y}}\n  y: {command: a}\n", "tool x: explode: only a deferred tool is exploded"},
+		{"tools:\n  x: {command: a, review: deferred, explode: {tool: y}}\n  y: {command: a}\n", "tool x: explode: field names the list argument"},
+		{"tools:\n  x: {command: a, review: deferred, explode: {field: items, tool: z}}\n", `tool x: explode: tool "z" is not another tool`},
 	}
 	for _, b := range bad {
 		_, err := tool.Load("t.yaml", []byte(b.yaml))
