@@ -52,7 +52,7 @@ func Items(reg *tool.Registry, calls []command.ProposedCall) ([]events.ChangeIte
 		}
 		x := spec.Explode
 		if x == nil {
-			out = append(out, item(reg, spec, args, c.Summary, c.Before, "", spec.Group))
+			out = append(out, item(spec, args, c.Summary, c.Before, "", spec.Group))
 			continue
 		}
 		list, ok := args[x.Field].([]any)
@@ -76,13 +76,13 @@ func Items(reg *tool.Registry, calls []command.ProposedCall) ([]events.ChangeIte
 			} else {
 				a["item"] = el
 			}
-			out = append(out, item(reg, one, a, "", nil, c.Tool, group))
+			out = append(out, item(one, a, "", nil, c.Tool, group))
 		}
 	}
 	return out, nil
 }
 
-func item(_ *tool.Registry, spec *tool.Spec, args map[string]any, summary string, before map[string]any, from, group string) events.ChangeItem {
+func item(spec *tool.Spec, args map[string]any, summary string, before map[string]any, from, group string) events.ChangeItem {
 	if strings.TrimSpace(summary) == "" {
 		var ok bool
 		if summary, ok = spec.RenderSummary(args); !ok {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // History defaults: the seed's context budget.
@@ -84,9 +85,5 @@ func History(records []command.ChangeDecisionRecord, limit, budget int) (text st
 }
 
 func oneLine(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > limit {
-		s = s[:limit] + "…"
-	}
-	return strings.ToValidUTF8(s, "")
+	return textutil.Cut(strings.Join(strings.Fields(s), " "), limit)
 }

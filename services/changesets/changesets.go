@@ -40,7 +40,7 @@ type Config struct {
 	Workers     int
 }
 
-type service_ struct {
+type server struct {
 	cfg   Config
 	tools *tool.Registry
 	bus   *events.Bus
@@ -85,7 +85,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 	}
-	s := &service_{cfg: cfg, tools: reg, bus: rt.Bus, kv: kv, log: rt.Log, open: newOpenIndex(), cache: newSetCache(4096), now: time.Now}
+	s := &server{cfg: cfg, tools: reg, bus: rt.Bus, kv: kv, log: rt.Log, open: newOpenIndex(), cache: newSetCache(4096), now: time.Now}
 	// The index of open sets starts from the projection, which the
 	// projector then carries on from where it stopped.
 	if err := s.open.load(ctx, kv); err != nil {
@@ -125,7 +125,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	return nil
 }
 
-func (s *service_) routes() *events.Routes {
+func (s *server) routes() *events.Routes {
 	r := events.NewRoutes()
 	events.On(r, events.ChangeSetDecided, func(ctx context.Context, d *events.Delivery, dec *events.ChangeSetDecidedData) ([]events.Event, error) {
 		return s.judgeDecided(ctx, d, dec)
@@ -138,7 +138,7 @@ func (s *service_) routes() *events.Routes {
 // log held it just before the event). heed's own decide command writes
 // only decisions that take effect, so this speaks for outside writers
 // (a decided event whose source is not heed/changesets).
-func (s *service_) judgeDecided(ctx context.Context, d *events.Delivery, dec *events.ChangeSetDecidedData) ([]events.Event, error) {
+func (s *server) judgeDecided(ctx context.Context, d *events.Delivery, dec *events.ChangeSetDecidedData) ([]events.Event, error) {
 	if d.Event.Source() == Source {
 		// Written by heed.cmd.changeset.decide, which writes only what
 		// takes effect. (A writer that borrows this source is judged by

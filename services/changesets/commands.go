@@ -2,6 +2,7 @@ package changesets
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -22,7 +23,7 @@ import (
 // commandTimeout bounds one command.
 const commandTimeout = 10 * time.Second
 
-func (s *service_) serve(ctx context.Context, rt *service.Runtime) (micro.Service, error) {
+func (s *server) serve(ctx context.Context, rt *service.Runtime) (micro.Service, error) {
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-changesets-commands", Version: service.Version, Description: "heed change sets: propose, decide, status, list, history"})
 	if err != nil {
 		return nil, fmt.Errorf("register commands: %w", err)
@@ -48,7 +49,7 @@ func (s *service_) serve(ctx context.Context, rt *service.Runtime) (micro.Servic
 }
 
 // propose turns the calls into items and writes one proposal per part.
-func (s *service_) propose(ctx context.Context, req *command.ProposeChangeSet) (any, error) {
+func (s *server) propose(ctx context.Context, req *command.ProposeChangeSet) (any, error) {
 	items, err := changeset.Items(s.tools, req.Calls)
 	if err != nil {
 		var be *changeset.BuildError
@@ -105,7 +106,7 @@ func QueuedMessage(r command.ProposeReply) string {
 
 // writeProposal writes a set's proposal unless the set exists: the same
 // content (a retried proposal) returns it, other content is a conflict.
-func (s *service_) writeProposal(ctx context.Context, id string, d events.ChangeSetProposedData, named bool) (*command.ChangeSetState, error) {
+func (s *server) writeProposal(ctx context.Context, id string, d events.ChangeSetProposedData, named bool) (*command.ChangeSetState, error) {
 	ev, err := events.NewEvent(events.ChangeSetProposed, id, id+"/proposed", Source, d)
 	if err != nil {
 		return nil, err
@@ -146,7 +147,7 @@ func (s *service_) writeProposal(ctx context.Context, id string, d events.Change
 // canonical is a proposal as the log holds it (JSON round trip).
 func canonical(ev events.Event) events.ChangeSetProposedData {
 	var d events.ChangeSetProposedData
-	_ = jsonUnmarshal(ev.Data(), &d)
+	_ = json.Unmarshal(ev.Data(), &d)
 	return d
 }
 
@@ -162,7 +163,7 @@ func sameProposal(a, b events.ChangeSetProposedData) bool {
 
 // decide writes one decided event for the named items that are still
 // pending; each item's first decision wins.
-func (s *service_) decide(ctx context.Context, req *command.DecideChangeSet) (any, error) {
+func (s *server) decide(ctx context.Context, req *command.DecideChangeSet) (any, error) {
 	if req.All == (len(req.Items) > 0) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "name the items (items: [1, 2]) or all: true, not both")
 	}
@@ -257,13 +258,13 @@ func via(channel string) string {
 	return " via " + channel
 }
 
-func (s *service_) status(ctx context.Context, req *command.ChangeSetStatusRequest) (any, error) {
+func (s *server) status(ctx context.Context, req *command.ChangeSetStatusRequest) (any, error) {
 	return changeset.Load(ctx, s.bus, req.ID)
 }
 
 // list answers from the index of open sets; all sets are read from the
 // bucket.
-func (s *service_) list(ctx context.Context, req *command.ListChangeSets) (any, error) {
+func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
@@ -299,7 +300,7 @@ func (s *service_) list(ctx context.Context, req *command.ListChangeSets) (any, 
 }
 
 // history reads the agent's decisions from heed_changesets.
-func (s *service_) history(ctx context.Context, req *command.DecisionHistoryRequest) (any, error) {
+func (s *server) history(ctx context.Context, req *command.DecisionHistoryRequest) (any, error) {
 	var hist readmodel.AgentDecisions
 	e, err := s.kv.Get(ctx, readmodel.AgentDecisionsKey(req.Agent))
 	switch {

@@ -15,7 +15,7 @@ import (
 // is written only if the set is still open at the log's last position
 // (the expected-sequence guard), so it happens once, however many
 // instances run and however often they restart.
-func (s *service_) expireLoop(ctx context.Context) {
+func (s *server) expireLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ExpiryEvery)
 	defer t.Stop()
 	for {
@@ -36,7 +36,7 @@ func (s *service_) expireLoop(ctx context.Context) {
 }
 
 // expire writes the set's expiry if it is open and past its time.
-func (s *service_) expire(ctx context.Context, id string) error {
+func (s *server) expire(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := events.RetryStale(ctx, 5, func() (struct{}, error) {

@@ -2,7 +2,6 @@ package changesets
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
@@ -166,5 +165,3 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 	}
 	return nil
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
@@ -37,10 +38,7 @@ type applier struct {
 	bus     *events.Bus
 	invoker *tool.Invoker
 	ackWait time.Duration
-	log     interface {
-		Info(msg string, args ...any)
-		Warn(msg string, args ...any)
-	}
+	log     *slog.Logger
 }
 
 func (a *applier) routes() *events.Routes {

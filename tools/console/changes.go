@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -38,12 +37,9 @@ type itemGroup struct {
 type itemView struct {
 	command.ChangeItemState
 	SetID   string
-	Preview []change
+	Preview []changeset.Change
 	Open    bool
 }
-
-// change is one field's before → after.
-type change struct{ Field, Before, After string }
 
 func viewOf(st *command.ChangeSetState, who string) setView {
 	v := setView{ChangeSetState: st, Pending: len(changeset.Pending(st)), MayDo: mayReview(st, who) && changeset.Open(st)}
@@ -51,13 +47,7 @@ func viewOf(st *command.ChangeSetState, who string) setView {
 		v.Expires = longDuration(time.Until(st.Proposal.ExpiresAt))
 	}
 	for _, it := range st.Items {
-		iv := itemView{ChangeItemState: it, SetID: st.ID, Open: it.Status == events.ItemPending && v.MayDo}
-		for k, was := range it.Before {
-			if now, ok := it.Args[k]; ok {
-				iv.Preview = append(iv.Preview, change{k, show(was), show(now)})
-			}
-		}
-		sort.Slice(iv.Preview, func(i, j int) bool { return iv.Preview[i].Field < iv.Preview[j].Field })
+		iv := itemView{ChangeItemState: it, SetID: st.ID, Open: it.Status == events.ItemPending && v.MayDo, Preview: changeset.Preview(&it)}
 		if n := len(v.Groups); n == 0 || v.Groups[n-1].Name != it.Group {
 			v.Groups = append(v.Groups, itemGroup{Name: it.Group})
 		}
@@ -65,20 +55,6 @@ func viewOf(st *command.ChangeSetState, who string) setView {
 		g.Items = append(g.Items, iv)
 	}
 	return v
-}
-
-func show(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "—"
-	case string:
-		if x == "" {
-			return "—"
-		}
-		return x
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 func (s *Server) changesPage(w http.ResponseWriter, r *http.Request, sess *session) {

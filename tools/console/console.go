@@ -26,6 +26,7 @@ import (
 
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/tools/bridge"
 )
 
@@ -354,9 +355,4 @@ func (e *sse) ping() error {
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return textutil.Cut(s, n) }

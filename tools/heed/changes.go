@@ -425,45 +425,14 @@ func firstLineOf(s string) string {
 	return l
 }
 
-// preview is an item's before → after, for the keys the agent said it
-// saw: "title: login → Fix login bug".
+// preview is an item's before → after on one line:
+// "title: login → Fix login bug".
 func preview(it *command.ChangeItemState) string {
-	if len(it.Before) == 0 {
-		return ""
-	}
 	var parts []string
-	for k, was := range it.Before {
-		now, ok := it.Args[k]
-		if !ok {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s: %s → %s", k, showValue(was), showValue(now)))
+	for _, c := range changeset.Preview(it) {
+		parts = append(parts, c.Field+": "+c.Before+" → "+c.After)
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return truncate(strings.Join(sortedStrings(parts), "; "), 120)
-}
-
-func showValue(v any) string {
-	if v == nil {
-		return "—"
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-func sortedStrings(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
+	return truncate(strings.Join(parts, "; "), 120)
 }
 
 // reviewChanges is the interactive review on a terminal.
