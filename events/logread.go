@@ -258,3 +258,63 @@ func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string,
 	}
 	return &RawMsg{Subject: subject, Header: m.Header, Data: m.Data, Seq: mseq, Stored: stored}, np, nil
 }
+
+// LastOf reads the last message of filter (a literal subject or a
+// wildcard) in one direct get, or nil when there is none. For a wildcard
+// the server finds it from its subject index, block by block from the
+// end: no walk of the log message by message, as a history read from the
+// start can be.
+func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) (*RawMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		LastBy string `json:"last_by_subj"`
+	}{filter})
+	if err != nil {
+		return nil, err
+	}
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	} else if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: %v", filter, stream, err), Err: err}
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		if m.Header.Get("Status") == "404" {
+			return nil, nil
+		}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: status %s %s", filter, stream, m.Header.Get("Status"), m.Header.Get("Description"))}
+	}
+	mseq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("direct get: sequence: %w", err)
+	}
+	stored, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+	if err != nil {
+		return nil, fmt.Errorf("direct get: time stamp: %w", err)
+	}
+	subject := m.Header.Get(jetstream.SubjectHeader)
+	for _, h := range directGetHeaders {
+		m.Header.Del(h)
+	}
+	return &RawMsg{Subject: subject, Header: m.Header, Data: m.Data, Seq: mseq, Stored: stored}, nil
+}
+
+// FirstOf reads the first message of filter at or after seq and how many
+// more of filter the stream holds after it, in one direct get; nil when
+// there is none. Cheap for a literal subject (the subject index answers);
+// for a wildcard the server may walk the log to count.
+func FirstOf(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*RawMsg, uint64, error) {
+	m, np, err := firstOf(ctx, js, stream, filter, seq)
+	if err != nil {
+		return nil, 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the first of %s on %s: %v", filter, stream, err), Err: err}
+	}
+	return m, np, nil
+}

@@ -2,6 +2,7 @@ package confirm
 
 import (
 	"testing"
+	"time"
 
 	"github.com/heedhq/heed/events"
 )
@@ -62,5 +63,66 @@ func TestGatesKeepOnlyWholeConfirmations(t *testing.T) {
 	}
 	if st := g.observe(delivery(t, events.ConfirmAnswered, "c5", "x", 21, 1, ans("yes"))); st == nil {
 		t.Error("a kept confirmation: want the cache")
+	}
+}
+
+// TestGatesFollowEvictedOpenConfirmations: an open confirmation pushed
+// out of the cache is still followed for its deadline: its expiry is
+// known without the log, the router's own timeout answer after it is
+// taken as settled, and anything that needs judging (another answer, a
+// redelivery) sends the router to the log.
+func TestGatesFollowEvictedOpenConfirmations(t *testing.T) {
+	req := events.ConfirmRequestedData{Message: "Go?", Requester: "t", Default: "no", RunID: "run1",
+		Options: []events.Option{{Label: "Yes", Value: "yes"}, {Label: "No", Value: "no"}}}
+	firsts := map[string]uint64{"w1": 1, "w2": 2, "w3": 3, "w4": 4, "w5": 5}
+	g := newGates(1, func(id string) (uint64, bool) { s, ok := firsts[id]; return s, ok })
+	for i, id := range []string{"w1", "w2", "w3", "w4", "w5"} {
+		g.observe(delivery(t, events.ConfirmRequested, id, id+"/requested", uint64(i+1), 1, req))
+	}
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		v, ok := g.view(id)
+		if !ok || !v.open || v.expired || v.dflt != "no" || v.runID != "run1" {
+			t.Fatalf("%s evicted while open: view %+v, %v; want open, default no, run run1", id, v, ok)
+		}
+	}
+	deadline := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	// w1: expires, then the router's default answer takes effect.
+	g.observe(delivery(t, events.ConfirmExpired, "w1", "w1/expired", 10, 1, events.ConfirmExpiredData{Deadline: deadline, Default: "no", RunID: "run1"}))
+	v, ok := g.view("w1")
+	if !ok || !v.open || !v.expired || v.lastSeq != 10 || !v.deadline.Equal(deadline) {
+		t.Fatalf("w1 after its expiry: %+v, %v", v, ok)
+	}
+	timeout := delivery(t, events.ConfirmAnswered, "w1", "w1/answer/timeout", 11, 1, events.ConfirmAnsweredData{Choice: "no", Method: events.MethodTimeout, By: Source, Channel: "deadline", RunID: "run1"})
+	if st := g.observe(timeout); st != nil {
+		t.Fatal("an evicted confirmation has no whole state")
+	}
+	if v, ok := g.view("w1"); !ok || v.open {
+		t.Errorf("w1 after its default answer: %+v, %v; want closed", v, ok)
+	}
+	if g.takeSettled("w1", 12) || !g.takeSettled("w1", 11) || g.takeSettled("w1", 11) {
+		t.Error("the default answer is taken once, at its own sequence")
+	}
+	if _, ok := g.view("w1"); ok {
+		t.Error("w1 after it was taken: forgotten")
+	}
+	// w4: an answer the gate refuses (it names another run) is left to
+	// the log, which reports the refusal.
+	g.observe(delivery(t, events.ConfirmExpired, "w4", "w4/expired", 14, 1, events.ConfirmExpiredData{Deadline: deadline, Default: "no"}))
+	g.observe(delivery(t, events.ConfirmAnswered, "w4", "w4/answer/timeout", 15, 1, events.ConfirmAnsweredData{Choice: "no", Method: events.MethodTimeout, By: Source, RunID: "run2"}))
+	if g.takeSettled("w4", 15) {
+		t.Error("a refused default answer taken as settled")
+	}
+	if _, ok := g.view("w4"); ok {
+		t.Error("w4 after a refused answer: want the log")
+	}
+	// w2: a person's answer needs the whole confirmation.
+	g.observe(delivery(t, events.ConfirmAnswered, "w2", "w2/a", 12, 1, events.ConfirmAnsweredData{Choice: "yes", Method: events.MethodUser, By: "u"}))
+	if _, ok := g.view("w2"); ok {
+		t.Error("w2 after a person's answer: want the log")
+	}
+	// w3: a redelivery drops it.
+	g.observe(delivery(t, events.ConfirmExpired, "w3", "w3/expired", 13, 2, events.ConfirmExpiredData{Deadline: deadline, Default: "no"}))
+	if _, ok := g.view("w3"); ok {
+		t.Error("w3 after a redelivery: want the log")
 	}
 }

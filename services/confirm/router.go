@@ -180,9 +180,14 @@ func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]event
 	var err error
 	switch events.Type(d.Event.Type()) {
 	case events.ConfirmAnswered:
+		if st == nil && r.gates.takeSettled(d.Event.Subject(), d.Seq) {
+			// As judge does for an answer that took effect: one that did
+			// not come from heed's writer left the deadline scheduled.
+			return nil, r.purgeUnlessScheduler(ctx, d)
+		}
 		out, err = r.judge(ctx, d.Event.Subject(), d, st)
 	case events.ConfirmExpired:
-		err = r.expire(ctx, d.Event.Subject(), st)
+		err = r.expire(ctx, d.Event.Subject(), r.expiryView(ctx, d, st))
 	default:
 		return nil, nil
 	}
@@ -302,10 +307,8 @@ func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *c
 	}
 	// heed's own writers cancel the deadline in the answer's write; an
 	// answer published straight to the log did not.
-	if d.Header().Get("Nats-Scheduler") != confirmation.ScheduleSubject(id) {
-		if err := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(id))); err != nil {
-			return nil, fmt.Errorf("purge the deadline of %s: %w", id, err)
-		}
+	if err := r.purgeUnlessScheduler(ctx, d); err != nil {
+		return nil, err
 	}
 	out, err := r.remember(ctx, id, d.Event.ID(), st.Request, &a.Data)
 	// The cached copy, if that is what st is, is shared with the answer
@@ -383,22 +386,40 @@ func hasOption(req *events.ConfirmRequestedData, v string) bool {
 	return false
 }
 
-// expire answers with the default when the deadline came first. st is
-// the confirmation as the answers consumer holds it (nil: read the log):
-// with it, a burst of deadlines costs one write each.
-func (r *router) expire(ctx context.Context, id string, st *confirmation.State) error {
-	timeout := func(st *confirmation.State) events.ConfirmAnsweredData {
+// expiryView is what expiring a confirmation needs of it at the expiry
+// d: from the cache (whole, or waiting for its deadline), else from the
+// subject index (expiredState); nil when neither knows it.
+func (r *router) expiryView(ctx context.Context, d *events.Delivery, st *confirmation.State) *deadlineView {
+	if st != nil {
+		v := viewOf(st)
+		return &v
+	}
+	if v, ok := r.gates.view(d.Event.Subject()); ok {
+		return &v
+	}
+	if st := r.expiredState(ctx, d); st != nil {
+		v := viewOf(st)
+		return &v
+	}
+	return nil
+}
+
+// expire answers with the default when the deadline came first. v is the
+// confirmation as the answers consumer knows it (nil: read the log): with
+// it, a burst of deadlines costs one write each.
+func (r *router) expire(ctx context.Context, id string, v *deadlineView) error {
+	timeout := func(dflt, runID string, deadline time.Time) events.ConfirmAnsweredData {
 		return events.ConfirmAnsweredData{
-			Choice: st.Gate.Default, Method: events.MethodTimeout, By: Source, Channel: "deadline", RunID: st.Gate.RunID,
-			Reason: "no answer before the deadline " + st.Expired.Deadline.UTC().Format(time.RFC3339),
+			Choice: dflt, Method: events.MethodTimeout, By: Source, Channel: "deadline", RunID: runID,
+			Reason: "no answer before the deadline " + deadline.UTC().Format(time.RFC3339),
 		}
 	}
-	if st != nil && st.Open() && st.Expired != nil {
-		ev, err := events.NewEvent(events.ConfirmAnswered, id, id+"/answer/timeout", Source, timeout(st))
+	if v != nil && v.open && v.expired {
+		ev, err := events.NewEvent(events.ConfirmAnswered, id, id+"/answer/timeout", Source, timeout(v.dflt, v.runID, v.deadline))
 		if err != nil {
 			return err
 		}
-		_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: st.LastSeq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
+		_, err = r.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq}, events.PurgeSchedule{Subject: confirmation.ScheduleSubject(id)})
 		if !errors.Is(err, events.ErrStaleRead) {
 			return err
 		}
@@ -414,7 +435,7 @@ func (r *router) expire(ctx context.Context, id string, st *confirmation.State) 
 	if !full.Open() || full.Expired == nil {
 		return nil // answered first, or an expiry that came before its request
 	}
-	_, err = confirmation.Answer(ctx, r.bus, Source, id, timeout(full), confirmation.WithEventID(id+"/answer/timeout"))
+	_, err = confirmation.Answer(ctx, r.bus, Source, id, timeout(full.Gate.Default, full.Gate.RunID, full.Expired.Deadline), confirmation.WithEventID(id+"/answer/timeout"))
 	if events.CodeOf(err) == events.CodeConflict {
 		return nil // answered first
 	}
@@ -438,4 +459,55 @@ func (r *router) answer(ctx context.Context, id string, seq uint64, req *events.
 		}
 	}
 	return err
+}
+
+// expiredState is the state of a confirmation the cache does not hold,
+// at the expiry d, read from the subject index instead of its history (a
+// burst of 10,000 deadlines must not read each history, which for a
+// wildcard makes the server walk the log): its first request, no answer
+// at all, and d. Refusals and delegations do not change whether it is
+// open. The sequence its write is guarded by is the last message of the
+// confirmation when read, so anything since makes the write stale and the
+// history is read then. nil when that is not the case or a read failed.
+func (r *router) expiredState(ctx context.Context, d *events.Delivery) *confirmation.State {
+	id := d.Event.Subject()
+	js := r.bus.JetStream()
+	req, _, err := events.FirstOf(ctx, js, events.EventStream, events.ConfirmRequested.Subject(id), 1)
+	if err != nil || req == nil || req.Seq >= d.Seq {
+		return nil
+	}
+	if ans, err := events.LastOf(ctx, js, events.EventStream, events.ConfirmAnswered.Subject(id)); err != nil || ans != nil {
+		return nil
+	}
+	last, err := events.LastOf(ctx, js, events.EventStream, events.SubjectFilter("confirm", id))
+	if err != nil || last == nil {
+		return nil
+	}
+	ev, err := r.bus.Codec().DecodeStored(*req)
+	if err != nil {
+		return nil
+	}
+	st := confirmation.New(id)
+	if _, err := st.Apply(ev, req.Seq); err != nil || st.Request == nil {
+		return nil
+	}
+	if _, err := st.Apply(d.Event, d.Seq); err != nil {
+		return nil
+	}
+	st.LastSeq = max(st.LastSeq, last.Seq)
+	return st
+}
+
+// purgeUnlessScheduler cancels the deadline of the confirmation whose
+// answer d took effect, unless d's writer cancelled it in the same write
+// (heed's writers do; an answer published straight to the log does not).
+func (r *router) purgeUnlessScheduler(ctx context.Context, d *events.Delivery) error {
+	id := d.Event.Subject()
+	if d.Header().Get("Nats-Scheduler") == confirmation.ScheduleSubject(id) {
+		return nil
+	}
+	if err := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(id))); err != nil {
+		return fmt.Errorf("purge the deadline of %s: %w", id, err)
+	}
+	return nil
 }

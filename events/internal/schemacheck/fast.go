@@ -44,8 +44,10 @@ func (f *Fast) Accepts(data []byte) bool { return f.n.accepts(data) }
 // Supported keywords: type; enum and format (checked on strings only);
 // properties, required, additionalProperties; items (2020-12), minItems,
 // maxItems; minLength, maxLength, pattern; minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum with integer bounds; boolean schemas
-// and $ref. A schema using anything else gets no fast stage at all.
+// exclusiveMinimum, exclusiveMaximum with integer bounds; uniqueItems
+// (arrays of distinct plain strings; anything else is left to Full);
+// boolean schemas and $ref. A schema using anything else gets no fast
+// stage at all.
 
 // JSON kinds, as bits of fastNode.kinds.
 const (
@@ -85,6 +87,7 @@ type fastNode struct {
 	// arrays
 	items              *fastNode // never nil
 	minItems, maxItems int       // -1: none
+	unique             bool      // uniqueItems
 }
 
 type fastProp struct {
@@ -228,6 +231,9 @@ func (fc *fastCompiler) node(list []*jsonschema.Schema) (*fastNode, error) {
 		if a.Items2020 != nil {
 			itemSchemas = append(itemSchemas, a.Items2020)
 		}
+		if a.UniqueItems {
+			n.unique = true
+		}
 		for name := range a.Properties {
 			propNames[name] = true
 		}
@@ -325,8 +331,6 @@ func fastSupported(s *jsonschema.Schema) error {
 		kw = "dependentSchemas"
 	case s.UnevaluatedProperties != nil:
 		kw = "unevaluatedProperties"
-	case s.UniqueItems:
-		kw = "uniqueItems"
 	case s.Items != nil:
 		kw = "items (array form)"
 	case s.AdditionalItems != nil:
@@ -494,13 +498,20 @@ func (p *fastParser) array(n *fastNode) bool {
 	}
 	p.pos++ // [
 	count := 0
+	// uniqueItems: the elements' raw bytes, compared once the array is
+	// read (strings only, see distinctStrings).
+	var elems [][2]int
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
 	} else {
 		for {
+			start := p.pos
 			if !p.value(n.items) {
 				return false
+			}
+			if n.unique {
+				elems = append(elems, [2]int{start, p.pos})
 			}
 			count++
 			more, ok := p.separator(']')
@@ -513,7 +524,48 @@ func (p *fastParser) array(n *fastNode) bool {
 		}
 	}
 	p.depth--
+	if n.unique && count > 1 && !p.distinctStrings(elems) {
+		return false
+	}
 	return (n.minItems == -1 || count >= n.minItems) && (n.maxItems == -1 || count <= n.maxItems)
+}
+
+// distinctStrings reports whether the elements are strings, pairwise
+// different. Strings without escapes are equal exactly when their bytes
+// are; with an escape anywhere, they are decoded and compared as text.
+// Anything but strings (numbers, objects: equal values can be spelled
+// differently) is left to the full path.
+func (p *fastParser) distinctStrings(elems [][2]int) bool {
+	if len(elems) > 128 {
+		return false
+	}
+	escaped := false
+	for _, e := range elems {
+		raw := p.data[e[0]:e[1]]
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return false
+		}
+		escaped = escaped || bytes.IndexByte(raw, '\\') >= 0
+	}
+	if escaped {
+		seen := make(map[string]bool, len(elems))
+		for _, e := range elems {
+			var s string
+			if json.Unmarshal(p.data[e[0]:e[1]], &s) != nil || seen[s] {
+				return false
+			}
+			seen[s] = true
+		}
+		return true
+	}
+	for i, e := range elems {
+		for _, f := range elems[:i] {
+			if bytes.Equal(p.data[e[0]:e[1]], p.data[f[0]:f[1]]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // plainStringByte marks the bytes that may appear in a JSON string as

@@ -274,7 +274,6 @@ func TestFastStageDeclines(t *testing.T) {
 		`{"oneOf": [{"type": "string"}, {"type": "integer"}]}`,
 		`{"properties": {"a": {"not": {"type": "string"}}}}`,
 		`{"type": "number", "minimum": 0.5}`,
-		`{"type": "array", "uniqueItems": true}`,
 		`{"patternProperties": {"^x": {"type": "string"}}}`,
 		`{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}`,
 	} {
@@ -523,6 +522,43 @@ func TestASCIIPatternMatchesRegexp(t *testing.T) {
 	for _, src := range declined {
 		if p := compileASCIIPattern(regexp.MustCompile(src)); p != nil {
 			t.Errorf("%s: compiled, want nil", src)
+		}
+	}
+}
+
+// uniqueItems: the fast stage accepts arrays of distinct strings (decoded
+// when escaped) and leaves everything else to the full path, which alone
+// refuses.
+func TestFastStageUniqueItems(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	const url = "https://heed.test/unique.json"
+	if err := c.AddResource(url, strings.NewReader(`{"type": "array", "uniqueItems": true}`)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := newFastCompiler().compile(s)
+	if err != nil {
+		t.Fatalf("uniqueItems declined: %v", err)
+	}
+	for doc, wantFast := range map[string]bool{
+		`[]`:                   true,
+		`["a"]`:                true,
+		`["a", "b", "c"]`:      true,
+		`["a\n", "a"]`:         true,
+		`["a", "a"]`:           false,
+		`["a", "\u0061"]`:      false,
+		`["x", "b", "x"]`:      false,
+		`[1, 1]`:               false,
+		`[1, 2]`:               false, // numbers: the full path decides
+		`[{"a": 1}, {"a": 1}]`: false,
+	} {
+		fast, full := checkSound(t, "unique", n, s, []byte(doc))
+		if fast != wantFast {
+			t.Errorf("%s: fast stage accepts = %v, want %v (full path: %v)", doc, fast, wantFast, full)
 		}
 	}
 }
