@@ -37,6 +37,8 @@ type Client struct {
 
 	presMu  sync.Mutex
 	present map[string]*presence // identity → its presence (Present)
+
+	denied *denials // calls to fail when the server refuses their subject
 }
 
 // Option configures a Client.
@@ -85,7 +87,14 @@ func resolve(opts []Option) options {
 func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	o := resolve(opts)
 	url = URL(url)
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(o.name), nats.Timeout(3 * time.Second)}, o.natsOpts...)...)
+	d := &denials{}
+	// Last, so that it wraps the caller's error handler, if any.
+	watchDenials := func(no *nats.Options) error {
+		no.AsyncErrorCB = d.errorHandler(no.AsyncErrorCB)
+		return nil
+	}
+	natsOpts := append([]nats.Option{nats.Name(o.name), nats.Timeout(3 * time.Second)}, o.natsOpts...)
+	nc, err := nats.Connect(url, append(natsOpts, watchDenials)...)
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("cannot reach NATS at %s (is `heed up` running? set --nats-url or HEED_NATS_URL): %v", url, err), Err: err}
 	}
@@ -95,6 +104,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.owned = true
+	c.denied = d
 	if _, err := c.bus.JetStream().Stream(ctx, events.EventStream); err != nil {
 		nc.Close()
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`): %v", url, err), Err: err}

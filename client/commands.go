@@ -15,7 +15,17 @@ func call[Reply any](ctx context.Context, c *Client, subject string, req any) (R
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	if c.denied != nil {
+		var stop func()
+		ctx, stop = c.denied.watch(ctx, subject)
+		defer stop()
+	}
 	err := command.Call(ctx, c.nc, subject, req, &out)
+	if err != nil {
+		if denied := deniedCause(ctx); denied != nil {
+			return out, denied
+		}
+	}
 	return out, err
 }
 

@@ -27,6 +27,7 @@ const (
 	CodeUnavailable      Code = "unavailable"       // a dependency (NATS, JetStream) is not reachable
 	CodeBusy             Code = "busy"              // a service has as many requests in hand as it takes; try again
 	CodeInternal         Code = "internal"          // a bug or unexpected failure
+	CodeForbidden        Code = "forbidden"         // NATS refused the subject to this identity (its role's permissions)
 )
 
 // Error is heed's error as data: a stable code, a human-readable message and
@@ -119,6 +120,7 @@ var (
 	ErrUnavailable    = &Error{Code: CodeUnavailable}
 	ErrBusy           = &Error{Code: CodeBusy}
 	ErrInternal       = &Error{Code: CodeInternal}
+	ErrForbidden      = &Error{Code: CodeForbidden}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or

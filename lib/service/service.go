@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/natsconn"
 	"github.com/heedhq/heed/lib/textutil"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -57,14 +58,15 @@ type Runtime struct {
 }
 
 // Connect opens the service's own connection (reconnecting forever), builds
-// its codec and provisions the topology (idempotent).
-func Connect(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology) (*Runtime, error) {
+// its codec and provisions the topology (idempotent). opts add to the
+// connection's options: credentials and TLS (natsconn.Auth.Options).
+func Connect(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology, opts ...nats.Option) (*Runtime, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("service", name)
-	nc, err := nats.Connect(url,
-		nats.Name("heed-"+name),
+	nc, err := nats.Connect(url, append([]nats.Option{
+		nats.Name("heed-" + name),
 		// A synchronous subscription gets a channel of this many slots.
 		// The services' only ones are the batched direct gets of
 		// events.ReadHistory (at most 256 messages and the end marker);
@@ -72,7 +74,7 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 		// and clear 512 KB.
 		nats.SyncQueueLen(1024),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -80,7 +82,16 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", c.ConnectedUrlRedacted()) }),
-	)
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// Permission violations arrive here: a deployment whose
+			// permissions leave out a subject the service needs.
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("NATS error", "err", err, "subscription", subject)
+		}),
+	}, opts...)...)
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("connect to NATS at %s: %v", url, err), Err: err}
 	}
@@ -218,7 +229,10 @@ func Main(name string, register func(fs *pflag.FlagSet) RunFunc) {
 
 // Flags are the flags every service's main takes.
 type Flags struct {
-	NATSURL       string
+	NATSURL string
+	// Auth is how the service authenticates to NATS (credentials, TLS).
+	Auth          *natsconn.Auth
+	LogFormat     string
 	HealthAddr    string
 	LogLevel      slog.Level
 	Replicas      int
@@ -239,7 +253,9 @@ func ParseFlags(name string, args []string, register func(fs *pflag.FlagSet) Run
 	fs.Usage = func() {
 		fmt.Fprintf(out, "heed-%s runs heed's %s service on its own, against the NATS server or cluster named by --nats-url.\n\nUsage:\n  heed-%s [flags]\n\nFlags:\n%s", name, name, name, fs.FlagUsages())
 	}
-	fs.StringVar(&f.NATSURL, "nats-url", "", "NATS server or cluster URL (default $HEED_NATS_URL or "+DefaultNATSURL+")")
+	fs.StringVar(&f.NATSURL, "nats-url", "", "NATS server or cluster URL, comma-separated for several (default $HEED_NATS_URL or "+DefaultNATSURL+")")
+	f.Auth = natsconn.AddFlags(fs)
+	fs.StringVar(&f.LogFormat, "log-format", "json", "json (one object a line) or text")
 	fs.StringVar(&f.HealthAddr, "health-listen", "", "also serve GET /healthz over HTTP on this address (e.g. :8081)")
 	fs.StringVar(&f.logLevelValue, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&f.Replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
@@ -269,6 +285,12 @@ func ParseFlags(name string, args []string, register func(fs *pflag.FlagSet) Run
 		return nil, nil, err
 	}
 	f.LogLevel = l
+	if f.LogFormat != "json" && f.LogFormat != "text" {
+		return nil, nil, events.Errorf(events.CodeInvalidRequest, "--log-format %q: use json or text", f.LogFormat)
+	}
+	if err := f.Auth.Validate(); err != nil {
+		return nil, nil, err
+	}
 	if f.Replicas < 1 || f.Replicas > 5 {
 		return nil, nil, events.Errorf(events.CodeInvalidRequest, "--replicas %d: JetStream takes 1 to 5", f.Replicas)
 	}
@@ -295,13 +317,18 @@ func ParseLogLevel(s string) (slog.Level, error) {
 }
 
 func (f *Flags) main(name string, run RunFunc) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.LogLevel}))
+	log := NewLoggerFormat(os.Stderr, f.logLevelValue, f.LogFormat)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go ReleaseIdleMemory(ctx, log, IdleRelease{})
 	topo := events.DefaultTopology()
 	topo.Replicas = f.Replicas
-	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo)
+	natsOpts, err := f.Auth.Options()
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo, natsOpts...)
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1
@@ -322,7 +349,7 @@ func (f *Flags) main(name string, run RunFunc) int {
 		}
 		log.Info("metrics", "url", "http://"+addr+"/metrics")
 	}
-	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted())
+	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted(), "auth", f.Auth.Describe(), "replicas", f.Replicas)
 	err = run(ctx, rt)
 	rt.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -350,10 +377,20 @@ func serveHTTPHealth(ctx context.Context, addr string, rt *Runtime) {
 }
 
 // NewLogger returns a text slog logger at the named level.
-func NewLogger(w *os.File, level string) *slog.Logger {
+func NewLogger(w *os.File, level string) *slog.Logger { return NewLoggerFormat(w, level, "text") }
+
+// LogFormats are the values --log-format takes.
+var LogFormats = []string{"text", "json"}
+
+// NewLoggerFormat returns a slog logger at the named level writing format
+// ("json": one object a line, for log collectors; else text).
+func NewLoggerFormat(w io.Writer, level, format string) *slog.Logger {
 	l, err := ParseLogLevel(level)
 	if err != nil {
 		l = slog.LevelInfo
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -54,7 +53,7 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 				}
 				return v, nil
 			}
-			log := service.NewLogger(os.Stderr, logLevel)
+			log := g.logger(logLevel)
 			routing := bridge.Routing{Routes: cfg.Routes}
 			mux := http.NewServeMux()
 			// Each chat runs on the one connection, made once the config

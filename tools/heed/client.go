@@ -12,7 +12,11 @@ import (
 type client struct{ *heedclient.Client }
 
 func (g *globals) connect(ctx context.Context, opts ...heedclient.Option) (*client, error) {
-	c, err := heedclient.Connect(ctx, g.natsURL, append([]heedclient.Option{heedclient.Name("heed-cli"), heedclient.Source("heed/cli")}, opts...)...)
+	natsOpts, err := g.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	c, err := heedclient.Connect(ctx, g.natsURL, append([]heedclient.Option{heedclient.Name("heed-cli"), heedclient.Source("heed/cli"), heedclient.NATSOptions(natsOpts)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

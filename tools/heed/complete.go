@@ -32,8 +32,12 @@ func (g *globals) completeFrom(list func(ctx context.Context, c *client, args []
 		}
 		ctx, cancel := context.WithTimeout(base, completionTimeout)
 		defer cancel()
+		natsOpts, err := g.natsOptions()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
 		hc, err := heedclient.Connect(ctx, g.natsURL, heedclient.Name("heed-cli-complete"), heedclient.Source("heed/cli"),
-			heedclient.Timeout(completionTimeout), heedclient.NATSOptions{nats.Timeout(500 * time.Millisecond)})
+			heedclient.Timeout(completionTimeout), heedclient.NATSOptions(natsOpts), heedclient.NATSOptions{nats.Timeout(500 * time.Millisecond)})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

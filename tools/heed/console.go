@@ -111,7 +111,7 @@ heed up serves the same console with --console-listen. docs/CONSOLE.md.`,
 			if err != nil {
 				return err
 			}
-			log := service.NewLogger(os.Stderr, logLevel)
+			log := g.logger(logLevel)
 			c, err := g.connect(cmd.Context(), heedclient.Name("heed-console"), heedclient.Source("heed/console"), heedclient.NATSOptions{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)})
 			if err != nil {
 				return err

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	heedclient "github.com/heedhq/heed/client"
@@ -51,7 +50,7 @@ which requests come here (docs/BRIDGES.md).`,
 				}
 				routing = r
 			}
-			cfg := desktop.Config{Identity: who, Routing: routing, Dialog: dialog, Sound: sound, Log: service.NewLogger(os.Stderr, logLevel)}
+			cfg := desktop.Config{Identity: who, Routing: routing, Dialog: dialog, Sound: sound, Log: g.logger(logLevel)}
 			b, err := desktop.Detect(cmd.Context(), cfg)
 			if err != nil {
 				return &exitError{status: exitUsage, code: events.CodeInvalidRequest, msg: err.Error()}

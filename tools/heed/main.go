@@ -8,12 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/natsconn"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -120,7 +124,26 @@ func statusOf(code events.Code) int {
 
 type globals struct {
 	natsURL string
-	noColor bool
+	// auth is how every connection authenticates (--nats-creds and the
+	// rest, or their environment variables).
+	auth      *natsconn.Auth
+	logFormat string
+	noColor   bool
+}
+
+// logger is the log of a long-running command (heed up, the bridges, the
+// console, the MCP server): on stderr, at level, in --log-format.
+func (g *globals) logger(level string) *slog.Logger {
+	return service.NewLoggerFormat(os.Stderr, level, g.logFormat)
+}
+
+// natsOptions are the credentials and TLS options of every connection
+// the CLI and the programs it starts open.
+func (g *globals) natsOptions() ([]nats.Option, error) {
+	if g.auth == nil {
+		return nil, nil
+	}
+	return g.auth.Options()
 }
 
 // palette is the colouring for cmd's standard output.
@@ -148,12 +171,30 @@ failed steps and survive a crash of any process.
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.logFormat != "text" && g.logFormat != "json" {
+			return events.Errorf(events.CodeInvalidRequest, "--log-format %q: use text or json", g.logFormat)
+		}
+		return nil
+	}
 	root.Flags().BoolP("version", "v", false, "print heed's version, commit and build date")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", "", "NATS URL (default $HEED_NATS_URL or nats://127.0.0.1:4222)")
+	g.auth = natsconn.AddFlags(root.PersistentFlags())
+	for _, f := range []string{"nats-creds", "nats-nkey", "nats-password-file", "nats-ca", "nats-cert", "nats-key"} {
+		_ = root.MarkPersistentFlagFilename(f)
+	}
+	_ = root.RegisterFlagCompletionFunc("nats-user", cobra.NoFileCompletions)
+	logFormat := os.Getenv("HEED_LOG_FORMAT")
+	if logFormat == "" {
+		logFormat = "text"
+	}
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logFormat, "logs of heed up, the bridges, the console and the MCP server: text or json ($HEED_LOG_FORMAT)")
+	_ = root.RegisterFlagCompletionFunc("log-format", completeChoices("text", "json"))
 	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in the output (also: NO_COLOR set, or not a terminal)")
 	_ = root.RegisterFlagCompletionFunc("nats-url", cobra.NoFileCompletions)
 	root.AddCommand(
 		newUpCmd(g),
+		newDeployCmd(g),
 		newEventsCmd(g),
 		newAuditCmd(g),
 		newReplayCmd(g),

@@ -44,7 +44,7 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 				return err
 			}
 			// Logs go to stderr: stdout is the protocol's.
-			log := service.NewLogger(os.Stderr, logLevel)
+			log := g.logger(logLevel)
 			var users *console.Users
 			if listen != "" {
 				if tokens == "" {

@@ -29,6 +29,7 @@ import (
 	"github.com/heedhq/heed/services/indexer"
 	"github.com/heedhq/heed/services/learner"
 	"github.com/heedhq/heed/services/runner"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
@@ -126,16 +127,20 @@ SIGINT/SIGTERM drain every consumer, flush and stop with exit status 0.`,
 					return err
 				}
 			}
-			log := service.NewLogger(os.Stderr, logLevel)
+			log := g.logger(logLevel)
 			setMemoryLimit(log, memLimitMiB, cmd.Flags().Changed("memory-limit-mib"))
 			natsURL, err := upNATSURL(g.natsURL, cmd.Flags().Changed("data") || cmd.Flags().Changed("nats-listen"), cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			natsOpts, err := g.natsOptions()
 			if err != nil {
 				return err
 			}
 			return runUp(cmd.Context(), log, upOptions{
 				dataDir: dataDir, listen: listen, natsURL: natsURL, natsConfig: natsConfig, replicas: replicas, toolsFile: toolsFile, rulesFile: rulesFile, healerConfig: healerConfig, escalationConfig: escalationConfig,
 				sweepEvery: sweepEvery, sweepQuiet: sweepQuiet, abandonAfter: abandonAfter, changeSetExpiry: changeSetExpiry, console: cons, syncAlways: syncAlways,
-				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen,
+				metricsListen: metricsListen, natsMonitor: natsMonitor, health: health, pprofListen: pprofListen, natsOpts: natsOpts,
 			}, cmd.OutOrStdout())
 		},
 	}
@@ -202,6 +207,10 @@ type upOptions struct {
 	metricsListen, natsMonitor           string
 	health                               service.HealthConfig
 	pprofListen                          string
+	// natsOpts authenticate every connection heed up opens (the global
+	// --nats-creds and the rest): to a NATS server given by --nats-url, or
+	// to an embedded one whose --nats-config asks for it.
+	natsOpts []nats.Option
 }
 
 type writer interface{ Write([]byte) (int, error) }
@@ -316,7 +325,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 	var names []string
 	gather := prometheus.Gatherers{service.ProcessCollectors()}
 	for _, s := range landedServices(o) {
-		rt, err := service.Connect(ctx, s.name, url, log, topo)
+		rt, err := service.Connect(ctx, s.name, url, log, topo, o.natsOpts...)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -370,7 +379,7 @@ func runUp(ctx context.Context, log *slog.Logger, o upOptions, out writer) error
 		}
 	}
 	if o.console.listen != "" && runCtx.Err() == nil {
-		addr, err := upConsole(runCtx, url, o.console, log)
+		addr, err := upConsole(runCtx, url, o.console, o.natsOpts, log)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -570,12 +579,12 @@ func shellQuote(s string) string {
 
 // upConsole serves the web console in heed up's process, on a client
 // connection of its own (it is a channel, not a service).
-func upConsole(ctx context.Context, url string, o consoleOptions, log *slog.Logger) (string, error) {
+func upConsole(ctx context.Context, url string, o consoleOptions, natsOpts []nats.Option, log *slog.Logger) (string, error) {
 	users, routing, err := o.check("console-")
 	if err != nil {
 		return "", err
 	}
-	c, err := heedclient.Connect(ctx, url, heedclient.Name("heed-console"), heedclient.Source("heed/console"))
+	c, err := heedclient.Connect(ctx, url, heedclient.Name("heed-console"), heedclient.Source("heed/console"), heedclient.NATSOptions(natsOpts))
 	if err != nil {
 		return "", err
 	}
