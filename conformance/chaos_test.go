@@ -119,6 +119,9 @@ fi
 echo $$ > "$lock/pid"
 echo "start $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
 sleep 0.2
+# The side effect, idempotent by its key (as a tool that honours
+# HEED_IDEMPOTENCY_KEY does): a key already in the ledger is not added.
+if ! grep -qxF "$HEED_IDEMPOTENCY_KEY" "$CHAOS_DIR/ledger" 2>/dev/null; then echo "$HEED_IDEMPOTENCY_KEY" >> "$CHAOS_DIR/ledger"; fi
 echo "end $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
 rm -rf "$lock"
 echo '{"ok":true}'
@@ -143,12 +146,86 @@ type chaosReport struct {
 	toolStarts, toolEnds, rerunKeys, overlaps int
 	doubled                                   []string
 	answersRefused                            int64
-	took                                      time.Duration
+	// The ledger: each completed step's side effect, by its idempotency
+	// key; lost is a completed step without one, twice a key written more
+	// than once.
+	effects, lost, twice int
+	// resumedTwice: runs that resumed from their confirmation more than
+	// once (two answers took effect).
+	resumedTwice  int
+	deadlineFired int
+	replayEqual   string
+	kills         []string
+	took          time.Duration
 }
 
 func (r chaosReport) String() string {
-	return fmt.Sprintf("runs %d: completed %d, cancelled %d, failed %d, stuck %d; tool calls started %d, finished %d, keys called again after a crash %d, overlapping %d; doubled steps %d; racing answers refused %d; %s",
-		r.runs, r.completed, r.cancelled, r.failed, r.stuck, r.toolStarts, r.toolEnds, r.rerunKeys, r.overlaps, len(r.doubled), r.answersRefused, r.took.Round(time.Millisecond))
+	nodes, services := countKills(r.kills)
+	return fmt.Sprintf("runs %d: completed %d, cancelled %d, failed %d, stuck %d; side effects %d, lost %d, done twice %d; tool calls started %d, finished %d, keys called again after a crash %d, overlapping %d; doubled steps %d; runs resumed twice %d; racing answers refused %d; deadline fired %d; kills %d (%d of a node, %d of a service); replay %s; %s",
+		r.runs, r.completed, r.cancelled, r.failed, r.stuck, r.effects, r.lost, r.twice, r.toolStarts, r.toolEnds, r.rerunKeys, r.overlaps, len(r.doubled), r.resumedTwice, r.answersRefused, r.deadlineFired,
+		len(r.kills), nodes, services, r.replayEqual, r.took.Round(time.Millisecond))
+}
+
+// chaosTarget is a deployment of heed the chaos suite loads and breaks.
+type chaosTarget interface {
+	// clientURL is what a client connects to.
+	clientURL() string
+	// during is called after run i of n has been started.
+	during(t *testing.T, i, n int)
+	// settle ends the chaos once every run has been started: every
+	// process runs again. It returns what was killed.
+	settle(t *testing.T) []string
+}
+
+// singleServer is heed up on one nats-server: heed is killed a third of
+// the way in, NATS two thirds in, heed once more at the end.
+type singleServer struct {
+	h          *heed
+	srv        *natsServer
+	port       int
+	store, url string
+	tools      string
+}
+
+func (s *singleServer) clientURL() string { return s.url }
+
+func (s *singleServer) during(t *testing.T, i, n int) {
+	switch i {
+	case n / 3: // kill -9 heed while runs go on
+		s.h.kill()
+		time.Sleep(300 * time.Millisecond) // the chaos: heed stays down a while, runs and answers go on arriving
+		s.h = startHeedOn(t, s.url, s.tools)
+	case 2 * n / 3: // kill -9 the NATS server
+		s.srv.kill()
+		time.Sleep(time.Second) // the chaos: NATS stays down a while, every client reconnects
+		s.srv = startNATS(t, s.port, s.store)
+	}
+}
+
+func (s *singleServer) settle(t *testing.T) []string {
+	// And heed once more, while runs are mid-step: the chaos picks a
+	// moment, whatever the runs are doing then.
+	time.Sleep(500 * time.Millisecond)
+	s.h.kill()
+	s.h = startHeedOn(t, s.url, s.tools) // stopped at cleanup
+	return []string{"heed up", "nats", "heed up"}
+}
+
+// chaosTools writes the chaos tool and its tools file into work.
+func chaosTools(t *testing.T, work string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(work, "locks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(work, "work.sh")
+	if err := os.WriteFile(script, []byte(chaosTool), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(work, "tools.yaml")
+	if err := os.WriteFile(tools, []byte(fmt.Sprintf("tools:\n  chaos_work:\n    command: %s\n    timeout: 5s\n    set_env: {CHAOS_DIR: %q}\n", script, work)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tools
 }
 
 func TestChaos(t *testing.T) {
@@ -172,22 +249,20 @@ func TestChaos(t *testing.T) {
 
 func chaosTrial(t *testing.T, runs int) chaosReport {
 	work := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(work, "locks"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(work, "work.sh")
-	if err := os.WriteFile(script, []byte(chaosTool), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tools := filepath.Join(work, "tools.yaml")
-	if err := os.WriteFile(tools, []byte(fmt.Sprintf("tools:\n  chaos_work:\n    command: %s\n    timeout: 5s\n    set_env: {CHAOS_DIR: %q}\n", script, work)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tools := chaosTools(t, work)
 	port := freePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	store := t.TempDir()
-	srv := startNATS(t, port, store)
-	h := startHeedOn(t, url, tools)
+	s := &singleServer{port: port, url: fmt.Sprintf("nats://127.0.0.1:%d", port), store: t.TempDir(), tools: tools}
+	s.srv = startNATS(t, port, s.store)
+	s.h = startHeedOn(t, s.url, tools)
+	return chaosLoad(t, s, work, runs, 20)
+}
+
+// chaosLoad runs the chaos suite's load against target: runs runs of the
+// chaos skill (a tool step, a confirmation answered twice at once, a tool
+// step), at most inFlight being started at once, while target breaks
+// things; then it checks that nothing was lost or done twice.
+func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int) chaosReport {
+	url := target.clientURL()
 	start := time.Now()
 
 	// The test's connection rides out the server's restart.
@@ -263,10 +338,10 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 	var deadlineReply map[string]any
 	mustRequest(t, nc, "heed.cmd.confirm.request", map[string]any{"id": "chaos-deadline", "message": "nobody answers", "options": []map[string]string{{"label": "Go", "value": "proceed"}, {"label": "Stop", "value": "cancel"}}, "default": "cancel", "timeout_s": 4, "requester": "chaos"}, &deadlineReply)
 
-	// Start the runs, at most 20 in flight, retrying through the chaos.
+	// Start the runs, at most inFlight at once, retrying through the chaos.
 	ids := make([]string, runs)
 	var starting sync.WaitGroup
-	slots := make(chan struct{}, 20)
+	slots := make(chan struct{}, inFlight)
 	for i := range runs {
 		starting.Add(1)
 		slots <- struct{}{}
@@ -287,31 +362,18 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 				time.Sleep(100 * time.Millisecond) // the client's retry pace while heed or NATS is down
 			}
 		}()
-		switch i {
-		case runs / 3: // kill -9 heed while runs go on
-			h.kill()
-			time.Sleep(300 * time.Millisecond) // the chaos: heed stays down a while, runs and answers go on arriving
-			h = startHeedOn(t, url, tools)
-		case 2 * runs / 3: // kill -9 the NATS server
-			srv.kill()
-			time.Sleep(time.Second) // the chaos: NATS stays down a while, every client reconnects
-			srv = startNATS(t, port, store)
-		}
+		target.during(t, i, runs)
 	}
 	starting.Wait()
-	// And heed once more, while runs are mid-step: the chaos picks a
-	// moment, whatever the runs are doing then.
-	time.Sleep(500 * time.Millisecond)
-	h.kill()
-	startHeedOn(t, url, tools) // stopped at cleanup
+	kills := target.settle(t)
 
 	// Every run ends, as completed.
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := chaosReport{runs: runs}
-	deadline := time.Now().Add(120 * time.Second)
+	rep := chaosReport{runs: runs, kills: kills}
+	deadline := time.Now().Add(time.Duration(120+runs/10) * time.Second)
 	for {
 		rep.completed, rep.cancelled, rep.failed = 0, 0, 0
 		for _, id := range ids {
@@ -384,6 +446,37 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 			}
 		}
 	}
+	// The ledger: each completed step's side effect exactly once.
+	ledger, _ := os.ReadFile(filepath.Join(work, "ledger"))
+	written := map[string]int{}
+	for _, key := range strings.Fields(string(ledger)) {
+		written[key]++
+		rep.effects++
+	}
+	for key, n := range written {
+		if n > 1 {
+			rep.twice++
+			rep.doubled = append(rep.doubled, fmt.Sprintf("side effect %s written %d times", key, n))
+		}
+	}
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		for _, e := range streamMsgs(t, js, "heed.run."+id+".step.completed") {
+			var d struct {
+				Index   int `json:"index"`
+				Attempt int `json:"attempt"`
+			}
+			e.decode(t, &d)
+			if key := fmt.Sprintf("%s/%d/%d", id, d.Index, d.Attempt); written[key] == 0 && d.Index != 1 {
+				rep.lost++
+			}
+		}
+		if n := len(streamMsgs(t, js, "heed.run."+id+".resumed")); n > 1 {
+			rep.resumedTwice++
+		}
+	}
 	// The deadline fired once, across both restarts.
 	timeouts := 0
 	for _, e := range streamMsgs(t, js, "heed.confirm.chaos-deadline.answered") {
@@ -417,8 +510,33 @@ func chaosTrial(t *testing.T, runs int) chaosReport {
 	if len(rep.doubled) > 0 {
 		t.Errorf("doubled steps: %s", strings.Join(rep.doubled, "; "))
 	}
+	rep.deadlineFired = timeouts
 	if timeouts != 1 {
 		t.Errorf("the deadline answered %d times, want once", timeouts)
+	}
+	if rep.lost > 0 || rep.twice > 0 {
+		t.Errorf("side effects: %d completed steps without theirs, %d written twice", rep.lost, rep.twice)
+	}
+	if rep.resumedTwice > 0 {
+		t.Errorf("%d runs resumed from their confirmation more than once", rep.resumedTwice)
+	}
+	// The projections equal a replay of the log.
+	// (The projectors may still be folding the last events: heed replay
+	// waits for them, and a difference is asked again for a minute.)
+	rep.replayEqual = "differs"
+	var replayOut []byte
+	for end := time.Now().Add(60 * time.Second); ; {
+		out, err := exec.Command(heedBin, "replay", "--nats-url", url).CombinedOutput()
+		if err == nil {
+			rep.replayEqual = "equal"
+			break
+		}
+		replayOut = append(out, []byte(err.Error())...)
+		if time.Now().After(end) {
+			t.Errorf("the projections differ from a replay of the log:\n%s", replayOut)
+			break
+		}
+		time.Sleep(time.Second)
 	}
 	if rep.toolEnds < 2*rep.completed {
 		t.Errorf("%d tool calls finished for %d completed runs of two tool steps", rep.toolEnds, rep.completed)

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,9 +106,7 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 		nc.Close()
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := events.Provision(pctx, bus.JetStream(), topo); err != nil {
+	if err := provision(ctx, bus, topo, log); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -117,6 +116,35 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 	bus.SetObserver(observer{Metrics: rt.Metrics, rt: rt})
 	go rt.pollLoop()
 	return rt, nil
+}
+
+// ProvisionPatience is how long a starting service waits for JetStream to
+// take its streams and buckets: a cluster that is starting too answers
+// only once it has elected a meta leader, and processes start in any
+// order.
+const ProvisionPatience = 2 * time.Minute
+
+// provision makes the topology, trying again (each try bounded) until
+// JetStream answers or ProvisionPatience has passed.
+func provision(ctx context.Context, bus *events.Bus, topo events.Topology, log *slog.Logger) error {
+	deadline := time.Now().Add(ProvisionPatience)
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := events.Provision(pctx, bus.JetStream(), topo)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("JetStream did not take the streams yet (a cluster still electing its leader?); trying again", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // AddCheck adds a named section to the health report.
@@ -231,14 +259,17 @@ func Main(name string, register func(fs *pflag.FlagSet) RunFunc) {
 type Flags struct {
 	NATSURL string
 	// Auth is how the service authenticates to NATS (credentials, TLS).
-	Auth          *natsconn.Auth
-	LogFormat     string
-	HealthAddr    string
-	LogLevel      slog.Level
-	Replicas      int
-	MetricsAddr   string
-	LagThreshold  uint64
-	StallAfter    time.Duration
+	Auth         *natsconn.Auth
+	LogFormat    string
+	HealthAddr   string
+	LogLevel     slog.Level
+	Replicas     int
+	MetricsAddr  string
+	LagThreshold uint64
+	StallAfter   time.Duration
+	// LeaseTTL is how long a stand-by waits after the active instance
+	// stopped refreshing its lease (0: no lease, every instance active).
+	LeaseTTL      time.Duration
 	logLevelValue string
 }
 
@@ -262,6 +293,7 @@ func ParseFlags(name string, args []string, register func(fs *pflag.FlagSet) Run
 	fs.StringVar(&f.MetricsAddr, "metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address (e.g. :9090)")
 	fs.Uint64Var(&f.LagThreshold, "health-lag", 10000, "a consumer with more events than this not finished makes the service degraded")
 	fs.DurationVar(&f.StallAfter, "health-stall", 60*time.Second, "a consumer with events waiting that has taken none for this long makes the service degraded")
+	fs.DurationVar(&f.LeaseTTL, "lease-ttl", DefaultLeaseTTL, "one instance of the service is active; a second stands by and takes over this long after the active one stops refreshing its lease (0: no lease, docs/PRODUCTION.md)")
 	run := register(fs)
 	// The error is returned, not printed by pflag as well.
 	fs.SetOutput(io.Discard)
@@ -290,6 +322,9 @@ func ParseFlags(name string, args []string, register func(fs *pflag.FlagSet) Run
 	}
 	if err := f.Auth.Validate(); err != nil {
 		return nil, nil, err
+	}
+	if f.LeaseTTL < 0 || (f.LeaseTTL > 0 && f.LeaseTTL < time.Second) {
+		return nil, nil, events.Errorf(events.CodeInvalidRequest, "--lease-ttl %s: use 0 (no lease) or at least 1s (JetStream's shortest message TTL)", f.LeaseTTL)
 	}
 	if f.Replicas < 1 || f.Replicas > 5 {
 		return nil, nil, events.Errorf(events.CodeInvalidRequest, "--replicas %d: JetStream takes 1 to 5", f.Replicas)
@@ -350,7 +385,49 @@ func (f *Flags) main(name string, run RunFunc) int {
 		log.Info("metrics", "url", "http://"+addr+"/metrics")
 	}
 	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted(), "auth", f.Auth.Describe(), "replicas", f.Replicas)
-	err = run(ctx, rt)
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	var lease *Lease
+	if f.LeaseTTL > 0 {
+		// Health answers while standing by (ok, standing by), so that an
+		// operator sees the stand-by; its consumers start only with the
+		// lease.
+		var active atomic.Bool
+		rt.AddCheck("lease", func() any {
+			if active.Load() {
+				return "active"
+			}
+			return "standing by"
+		})
+		lease, err = AcquireLease(ctx, rt.Bus.JetStream(), topo, name, f.LeaseTTL, log)
+		if err != nil {
+			rt.Close()
+			if errors.Is(err, context.Canceled) {
+				log.Info("stopped while standing by")
+				return 0
+			}
+			log.Error("start failed: lease", "err", err)
+			return 1
+		}
+		active.Store(true)
+		go func() {
+			if err := lease.Keep(runCtx); errors.Is(err, ErrLeaseLost) {
+				log.Error("stopping at once", "err", err)
+				stopRun(err)
+			}
+		}()
+	}
+	err = run(runCtx, rt)
+	if lost := context.Cause(runCtx); errors.Is(lost, ErrLeaseLost) {
+		rt.Close()
+		log.Error("stopped: the lease was lost", "err", lost)
+		return 1
+	}
+	if lease != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		lease.Release(rctx)
+		cancel()
+	}
 	rt.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped with error", "err", err)

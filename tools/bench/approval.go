@@ -475,17 +475,26 @@ func waitSchedules(ctx context.Context, nc *nats.Conn, n int) error {
 // process: open 1,000 waiting runs, answer them with 50 callers, measure
 // single approvals end to end, then hold 10,000 pending and read heed's RSS.
 func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
-	up, err := startUp(ctx, env)
-	if err != nil {
-		return nil, err
+	// With -approval-url the deployment is someone else's (a cluster,
+	// services as separate processes): no process of ours to read the
+	// memory of.
+	url := env.cfg.approvalURL
+	var up *upProcess
+	memory := func() (int64, int64, error) { return 0, 0, nil }
+	if url == "" {
+		var err error
+		if up, err = startUp(ctx, env); err != nil {
+			return nil, err
+		}
+		defer up.stop()
+		url, memory = up.url, up.memory
 	}
-	defer up.stop()
-	c, err := newApprovalClient(env, up.url)
+	c, err := newApprovalClient(env, url)
 	if err != nil {
 		return nil, err
 	}
 	defer c.close()
-	rss0, _, err := up.memory()
+	rss0, _, err := memory()
 	if err != nil {
 		return nil, err
 	}
@@ -567,7 +576,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	}
 	// Let heed's GC run over the burst before reading its footprint.
 	time.Sleep(2 * time.Second)
-	rss, peak, err := up.memory()
+	rss, peak, err := memory()
 	if err != nil {
 		return nil, err
 	}
@@ -584,7 +593,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	time.Sleep(restSettle)
-	rssRest, _, err := up.memory()
+	rssRest, _, err := memory()
 	if err != nil {
 		return nil, err
 	}
@@ -597,8 +606,12 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		openRate >= targetOpenRate,
 		float64(rssRest) <= targetPendingRSS, // held: once the burst that opened them is over
 	}
+	where := "`heed up` in a separate process"
+	if up == nil {
+		where = "the heed at " + url + " (services as separate processes)"
+	}
 	res := &result{tables: []table{{
-		caption: fmt.Sprintf("Approvals against `heed up` in a separate process (bench = the client; %d concurrent callers)", approvalCallers),
+		caption: fmt.Sprintf("Approvals against %s (bench = the client; %d concurrent callers)", where, approvalCallers),
 		columns: []string{"measure", "value", "target", "verdict"},
 		rows: [][]string{
 			{fmt.Sprintf("open %s waiting runs (start → paused at the confirm step)", thousands(int64(n))), fmt.Sprintf("%s runs/s (%s)", thousands(int64(openRate)), openElapsed.Round(time.Millisecond)), "≥ 2,000/s", passMiss(verdicts[3])},
@@ -614,6 +627,13 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 			{"… RSS when ready, before any run", mb(rss0), "", ""},
 		},
 	}}}
+	if up == nil {
+		// The memory rows say nothing about a deployment of several
+		// processes: drop them and their verdict.
+		res.tables[0].rows = res.tables[0].rows[:len(res.tables[0].rows)-4]
+		verdicts = verdicts[:4]
+		res.notes = append(res.notes, "Against "+url+" (-approval-url): heed's services are other processes, so there are no RSS figures.")
+	}
 	res.notes = append(res.notes,
 		"heed up runs as a child process (bin/heed, fresh data directory, embedded server on a free loopback port); RSS is that process: heed's services and its embedded nats-server together.",
 		"The skill pauses at a confirm step for a person (deadline 1 h), then computes one value. Opening = heed.cmd.run.start until the requester's subscription sees heed.run.<id>.paused; answering = heed.cmd.confirm.answer (method user) until its reply.",

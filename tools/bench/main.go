@@ -67,6 +67,7 @@ type config struct {
 	heedBin             string
 	upPprof             string
 	upArgs              string
+	approvalURL         string
 	upHeap              string
 	approvals           int
 	roundTrips          int
@@ -95,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
 	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held to this file (needs -up-pprof)")
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
+	fs.StringVar(&c.approvalURL, "approval-url", "", "approval section: measure the heed already running at this NATS URL (e.g. the 3-node cluster of deploy/cluster/local.sh, every service its own process) instead of starting heed up; no RSS figures")
 	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
 	fs.IntVar(&c.roundTrips, "round-trips", 500, "approval section: single approvals measured one at a time")
 	fs.IntVar(&c.pending, "pending", 10000, "approval and escalation sections: confirmations (requests) held pending for the RSS figure")

@@ -1,0 +1,596 @@
+package conformance
+
+// Production shape: a 3-node JetStream cluster (nats-server processes on
+// loopback ports) with every heed service as its own process
+// (bin/heed-*, --replicas 3), as deploy/cluster/local.sh runs it. The
+// chaos suite kills a random service or a node with SIGKILL every few
+// seconds while runs go on (chaos_test.go).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serviceMains are heed's services, each its own binary.
+var serviceMains = map[string]string{
+	"indexer":        "./services/indexer/cmd/heed-indexer",
+	"learner":        "./services/learner/cmd/heed-learner",
+	"confirm-router": "./services/confirm/cmd/heed-confirm-router",
+	"runner":         "./services/runner/cmd/heed-runner",
+	"healer":         "./services/healer/cmd/heed-healer",
+	"escalator":      "./services/escalator/cmd/heed-escalator",
+	"changesets":     "./services/changesets/cmd/heed-changesets",
+}
+
+var (
+	buildServicesOnce sync.Once
+	servicesDir       string
+	servicesErr       error
+)
+
+// serviceBins builds every service main once per test binary.
+func serviceBins(t *testing.T) string {
+	t.Helper()
+	buildServicesOnce.Do(func() {
+		servicesDir, servicesErr = os.MkdirTemp("", "heed-conformance-services-")
+		if servicesErr != nil {
+			return
+		}
+		args := []string{"build", "-o", servicesDir + "/"}
+		for _, pkg := range serviceMains {
+			args = append(args, pkg)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = repoRoot
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			servicesErr = fmt.Errorf("go build the services: %v\n%s", err, out)
+		}
+	})
+	if servicesErr != nil {
+		t.Fatal(servicesErr)
+	}
+	return servicesDir
+}
+
+// proc is one process of the cluster: a node or a service. A service is
+// supervised as systemd (Restart=always) or Kubernetes would: if it exits
+// on its own (a start that failed while the cluster was busy, a lost
+// lease), it is started again a second later.
+type proc struct {
+	name      string
+	args      []string
+	dir       string // working directory
+	supervise bool
+	t         *testing.T
+	out       syncBuffer
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{}
+	wanted    bool // not stopped or killed on purpose
+	restarts  int
+}
+
+func (p *proc) start(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = t
+	p.startLocked()
+}
+
+func (p *proc) startLocked() {
+	t := p.t
+	p.done = make(chan struct{})
+	p.cmd = exec.Command(p.args[0], p.args[1:]...)
+	p.cmd.Dir = p.dir
+	p.cmd.Env = childEnv(t.TempDir())
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Errorf("start %s: %v", p.name, err)
+		close(p.done)
+		return
+	}
+	p.wanted = true
+	fmt.Fprintf(&p.out, "---- started pid %d at %s\n", p.cmd.Process.Pid, time.Now().Format("15:04:05.000"))
+	done := p.done
+	cmd := p.cmd
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+		if !p.supervise {
+			return
+		}
+		time.Sleep(time.Second)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.wanted && p.cmd == cmd {
+			fmt.Fprintf(&p.out, "---- exited on its own (%v); the supervisor starts it again\n", cmd.ProcessState)
+			p.restarts++
+			p.startLocked()
+		}
+	}()
+}
+
+// unwanted marks the process as stopped on purpose: the supervisor leaves
+// it down.
+func (p *proc) unwanted() *exec.Cmd {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wanted = false
+	return p.cmd
+}
+
+func (p *proc) running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill ends the process at once (kill -9).
+func (p *proc) kill() {
+	cmd := p.unwanted()
+	if cmd == nil || cmd.ProcessState != nil || !p.running() {
+		return
+	}
+	fmt.Fprintf(&p.out, "---- SIGKILL at %s\n", time.Now().Format("15:04:05.000"))
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	p.wait()
+}
+
+func (p *proc) wait() {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	<-done
+}
+
+// stop asks the process to drain (SIGTERM), then kills it. It returns the
+// exit status (-1 when it was killed).
+func (p *proc) stop() int {
+	cmd := p.unwanted()
+	if cmd == nil || !p.running() {
+		return 0
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(15 * time.Second):
+		p.kill()
+		return -1
+	}
+}
+
+// cluster is three nats-server nodes and heed's services.
+type cluster struct {
+	t        *testing.T
+	url      string // every node's client URL, comma-separated
+	nodes    []*proc
+	monitors []int
+	services map[string]*proc
+	order    []string // the services' names, in start order
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{t: t, services: map[string]*proc{}}
+	var clientPorts, routePorts []int
+	for range 3 {
+		clientPorts = append(clientPorts, freePort(t))
+		routePorts = append(routePorts, freePort(t))
+		c.monitors = append(c.monitors, freePort(t))
+	}
+	var routes, urls []string
+	for _, p := range routePorts {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	for _, p := range clientPorts {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	c.url = strings.Join(urls, ",")
+	base := t.TempDir()
+	for i := range 3 {
+		dir := filepath.Join(base, fmt.Sprintf("n%d", i+1))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// As deploy/cluster/node-N.conf, on free ports.
+		conf := fmt.Sprintf(`server_name: heed-n%d
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream { store_dir: %q }
+cluster {
+  name: heed
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+max_payload: 1MB
+`, i+1, clientPorts[i], c.monitors[i], filepath.Join(dir, "js"), routePorts[i], strings.Join(routes, ", "))
+		path := filepath.Join(dir, "node.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n := &proc{name: fmt.Sprintf("n%d", i+1), args: []string{natsServerBin, "-c", path}, dir: dir}
+		n.start(t)
+		c.nodes = append(c.nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, name := range c.order {
+			c.services[name].stop()
+		}
+		for _, n := range c.nodes {
+			n.kill()
+		}
+		if t.Failed() {
+			for _, n := range c.nodes {
+				t.Logf("---- node %s ----\n%s", n.name, lastLines(n.out.String(), 30))
+			}
+			for _, name := range c.order {
+				t.Logf("---- %s ----\n%s", name, lastLines(c.services[name].out.String(), 30))
+			}
+		}
+	})
+	c.waitNodes(60 * time.Second)
+	return c
+}
+
+// healthy: the node's full health check (routes, JetStream with a meta
+// leader, its streams current).
+func (c *cluster) healthy(i int) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", c.monitors[i]))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("node %s: health %s", c.nodes[i].name, resp.Status)
+	}
+	return nil
+}
+
+func (c *cluster) waitNodes(d time.Duration) {
+	c.t.Helper()
+	checkFor(c.t, d, 100*time.Millisecond, func() error {
+		for i, n := range c.nodes {
+			if !n.running() {
+				return fmt.Errorf("node %s is not running", n.name)
+			}
+			if err := c.healthy(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// startServices runs every service as its own process against the
+// cluster, R3, in the order the names are given.
+func (c *cluster) startServices(toolsFile string, names ...string) {
+	c.t.Helper()
+	bins := serviceBins(c.t)
+	for _, name := range names {
+		// "runner#2" is a second instance of the runner: it stands by.
+		main, _, _ := strings.Cut(name, "#")
+		args := []string{filepath.Join(bins, "heed-"+main), "--nats-url", c.url, "--replicas", "3", "--log-format", "text"}
+		switch main {
+		case "runner":
+			args = append(args, "--tools", toolsFile, "--sweep-every", "1s", "--sweep-quiet", "2s")
+		case "healer", "changesets":
+			args = append(args, "--tools", toolsFile)
+		}
+		p := &proc{name: name, args: args, dir: repoRoot, supervise: true}
+		p.start(c.t)
+		c.services[name] = p
+		c.order = append(c.order, name)
+	}
+	c.waitServices(90 * time.Second)
+}
+
+// waitServices waits until every service answers its health check with
+// ok (heed status, as an operator would ask).
+func (c *cluster) waitServices(d time.Duration) {
+	c.t.Helper()
+	checkFor(c.t, d, 250*time.Millisecond, func() error {
+		for _, name := range c.order {
+			if !c.services[name].running() {
+				return fmt.Errorf("%s is not running", name)
+			}
+		}
+		out, err := exec.Command(heedBin, "status", "--nats-url", c.url).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("heed status: %v\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+// process returns a node or a service by name.
+func (c *cluster) process(name string) *proc {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return c.services[name]
+}
+
+// clusterChaos kills a random process (a service, or a node) with SIGKILL
+// every interval and starts it again after a pause, until stopped. At most
+// one node is down at a time (R3 keeps a quorum of two).
+type clusterChaos struct {
+	c        *cluster
+	interval time.Duration
+	nodeKill float64 // share of kills that hit a node
+	rng      *rand.Rand
+
+	mu    sync.Mutex
+	kills []string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func (c *cluster) chaos(interval time.Duration, nodeShare float64, seed uint64) *clusterChaos {
+	ch := &clusterChaos{c: c, interval: interval, nodeKill: nodeShare, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go ch.loop()
+	return ch
+}
+
+func (ch *clusterChaos) loop() {
+	defer close(ch.done)
+	t := time.NewTicker(ch.interval)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ch.stop:
+			return
+		case <-t.C:
+		}
+		var victim *proc
+		// Every third kill at least is a node's, so that a short run
+		// still kills nodes; the rest by share.
+		if n%3 == 2 || ch.rng.Float64() < ch.nodeKill {
+			victim = ch.c.nodes[ch.rng.IntN(len(ch.c.nodes))]
+		} else {
+			victim = ch.c.services[ch.c.order[ch.rng.IntN(len(ch.c.order))]]
+		}
+		victim.kill()
+		ch.mu.Lock()
+		ch.kills = append(ch.kills, victim.name)
+		ch.mu.Unlock()
+		// Down a while (runs and answers go on arriving), then back.
+		select {
+		case <-ch.stop:
+		case <-time.After(time.Duration(300+ch.rng.IntN(1200)) * time.Millisecond):
+		}
+		victim.start(ch.c.t)
+		if strings.HasPrefix(victim.name, "n") {
+			// A node rejoins and catches up before the next kill may
+			// take another: two down would lose the quorum.
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				if ch.allHealthy() {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+}
+
+func (ch *clusterChaos) allHealthy() bool {
+	for i := range ch.c.nodes {
+		if ch.c.healthy(i) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// end stops the chaos and waits until every process runs and is healthy.
+func (ch *clusterChaos) end() []string {
+	close(ch.stop)
+	<-ch.done
+	c := ch.c
+	for _, n := range c.nodes {
+		if !n.running() {
+			n.start(c.t)
+		}
+	}
+	c.waitNodes(90 * time.Second)
+	for _, name := range c.order {
+		if p := c.services[name]; !p.running() {
+			p.start(c.t)
+		}
+	}
+	c.waitServices(90 * time.Second)
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return append([]string(nil), ch.kills...)
+}
+
+// rollingRestart stops every service in turn (SIGTERM, drain) and starts
+// it again, as an upgrade does.
+func (c *cluster) rollingRestart() {
+	c.t.Helper()
+	for _, name := range c.order {
+		p := c.services[name]
+		if code := p.stop(); code != 0 {
+			c.t.Errorf("%s exited with status %d on SIGTERM, want 0 (a clean drain)", name, code)
+		}
+		p.start(c.t)
+		c.waitServices(60 * time.Second)
+	}
+}
+
+// countKills says how many of kills hit nodes.
+func countKills(kills []string) (nodes, services int) {
+	for _, k := range kills {
+		if k == "nats" || len(k) == 2 && k[0] == 'n' {
+			nodes++
+		} else {
+			services++
+		}
+	}
+	return nodes, services
+}
+
+// clusterTarget is the chaos suite on the cluster: random kills (services
+// and nodes) from the first run on, until every run has been started and
+// at least minKills happened; then a rolling restart of every service
+// while the runs finish.
+type clusterTarget struct {
+	c        *cluster
+	ch       *clusterChaos
+	minKills int
+	rolling  bool
+}
+
+func (ct *clusterTarget) clientURL() string { return ct.c.url }
+
+func (ct *clusterTarget) during(*testing.T, int, int) {}
+
+func (ct *clusterTarget) settle(t *testing.T) []string {
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		ct.ch.mu.Lock()
+		n := len(ct.ch.kills)
+		ct.ch.mu.Unlock()
+		if n >= ct.minKills {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	kills := ct.ch.end()
+	if ct.rolling {
+		ct.c.rollingRestart()
+		kills = append(kills, "rolling restart")
+	}
+	return kills
+}
+
+// TestClusterChaos: every service its own process on a 3-node cluster;
+// a random service or node killed with SIGKILL every 1.5 s while runs
+// go on, then a rolling restart of every service. make chaos-cluster runs
+// 1,000 runs and at least 20 kills; make test a short version.
+func TestClusterChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (a 3-node cluster, every service its own process, kill -9 during runs): skipped by -short")
+	}
+	runs, minKills := 60, 6
+	if v, err := strconv.Atoi(os.Getenv("HEED_CHAOS_CLUSTER_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("HEED_CHAOS_CLUSTER_KILLS")); err == nil && v > 0 {
+		minKills = v
+	}
+	work := t.TempDir()
+	tools := chaosTools(t, work)
+	c := startCluster(t)
+	// Every service, and a stand-by of the runner and of the confirm
+	// router (the lease: one of each is active).
+	c.startServices(tools, "indexer", "learner", "confirm-router", "runner", "healer", "escalator", "changesets", "runner#2", "confirm-router#2")
+	ct := &clusterTarget{c: c, ch: c.chaos(1500*time.Millisecond, 0.3, 19), minKills: minKills, rolling: true}
+	rep := chaosLoad(t, ct, work, runs, 10)
+	nodes, _ := countKills(rep.kills)
+	if nodes == 0 {
+		t.Errorf("no node was killed: %v", rep.kills)
+	}
+	t.Logf("chaos report (cluster, every service its own process): %s", rep)
+	t.Logf("kills in order: %s", strings.Join(rep.kills, ", "))
+	for _, name := range c.order {
+		if p := c.services[name]; p.restarts > 0 {
+			t.Logf("%s exited on its own %d times (started again by the supervisor); its last words:\n%s", name, p.restarts, lastWords(p.out.String()))
+		}
+	}
+}
+
+// lastWords are the log lines before each time a process exited on its
+// own.
+func lastWords(out string) string {
+	lines := strings.Split(out, "\n")
+	var words []string
+	for i, l := range lines {
+		if strings.Contains(l, "exited on its own") {
+			for _, w := range lines[max(0, i-3):i] {
+				words = append(words, "    "+w)
+			}
+		}
+	}
+	return strings.Join(words, "\n")
+}
+
+// TestDeployFilesUseRealFlags: the flags the systemd unit and the
+// Kubernetes manifests give each service main are flags it has (each
+// main parses them, up to --help).
+func TestDeployFilesUseRealFlags(t *testing.T) {
+	bins := serviceBins(t)
+	manifest, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "kubernetes", "heed-services.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string][]string{}
+	var current string
+	for _, line := range strings.Split(string(manifest), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if name, ok := strings.CutPrefix(trimmed, "command: [/usr/local/bin/heed-"); ok {
+			current = strings.TrimSuffix(name, "]")
+			continue
+		}
+		if flag, ok := strings.CutPrefix(trimmed, "- --"); ok && current != "" {
+			args[current] = append(args[current], "--"+flag)
+		}
+	}
+	if len(args) != len(serviceMains) {
+		t.Fatalf("heed-services.yaml runs %d services, want every one of %d: %v", len(args), len(serviceMains), args)
+	}
+	unit, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "systemd", "heed@.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unitFlags []string
+	for _, line := range strings.Split(string(unit), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ExecStart=/usr/local/bin/heed-%i "); ok {
+			for _, f := range strings.Fields(rest) {
+				switch {
+				case strings.HasPrefix(f, "${"): // an address from the environment file
+					unitFlags = append(unitFlags, "127.0.0.1:0")
+				case strings.HasPrefix(f, "$"): // $HEED_ARGS: more flags, per service
+				default:
+					unitFlags = append(unitFlags, f)
+				}
+			}
+		}
+	}
+	if len(unitFlags) == 0 {
+		t.Fatal("no flags found in heed@.service's ExecStart")
+	}
+	for name := range serviceMains {
+		for _, set := range [][]string{args[name], unitFlags} {
+			cmd := exec.Command(filepath.Join(bins, "heed-"+name), append(append([]string(nil), set...), "--help")...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("heed-%s %s: %v\n%s", name, strings.Join(set, " "), err, out)
+			}
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Every heed service runs as one active instance: its consumers keep
+// state in memory that is right only if one process sees all of the
+// service's events in order (the confirm router's gates, the projections'
+// sequence checks). A second instance of a service main stands by: it
+// waits for the lease of the service, a key in LeaseBucket that the
+// active instance refreshes and that expires by itself (a per-key TTL the
+// server applies) when the active instance stops refreshing it. A clean
+// stop releases it, so a stand-by takes over at once; after a kill -9 it
+// takes over once the TTL has passed. An instance that finds its lease
+// gone (it was paused past the TTL, or cut off from the cluster) stops
+// at once and exits 1, so that its supervisor starts it again, standing
+// by. docs/PRODUCTION.md.
+
+// LeaseBucket holds one key per service: who is active.
+const LeaseBucket = "heed_leases"
+
+// DefaultLeaseTTL is how long a lease outlives its last refresh; the
+// active instance refreshes it every third of that.
+const DefaultLeaseTTL = 5 * time.Second
+
+// LeaseHolder is the value of a lease key.
+type LeaseHolder struct {
+	Service string    `json:"service"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Since   time.Time `json:"since"`
+}
+
+func (h LeaseHolder) String() string {
+	return fmt.Sprintf("%s on %s (pid %d, since %s)", h.Service, h.Host, h.PID, h.Since.UTC().Format(time.RFC3339))
+}
+
+// Lease is a held lease.
+type Lease struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	key    string
+	ttl    time.Duration
+	holder LeaseHolder
+	rev    uint64
+	log    *slog.Logger
+}
+
+// ErrLeaseLost is why a service stops when its lease was taken from it.
+var ErrLeaseLost = errors.New("lost the lease: another instance may be active (this one was paused or cut off past the lease's TTL)")
+
+// AcquireLease returns once this process holds the lease of service,
+// standing by (and saying so, once) while another instance holds it.
+func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topology, service string, ttl time.Duration, log *slog.Logger) (*Lease, error) {
+	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: LeaseBucket, Description: "heed leases: which instance of each service is active"}); err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, LeaseBucket)
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "lease bucket: " + err.Error(), Err: err}
+	}
+	host, _ := os.Hostname()
+	l := &Lease{js: js, kv: kv, key: service, ttl: ttl, log: log,
+		holder: LeaseHolder{Service: service, Host: host, PID: os.Getpid(), Since: time.Now().UTC()}}
+	value, err := json.Marshal(l.holder)
+	if err != nil {
+		return nil, err
+	}
+	said := false
+	for {
+		rev, err := kv.Create(ctx, l.key, value, jetstream.KeyTTL(ttl))
+		if err == nil {
+			l.rev = rev
+			if said {
+				log.Info("took over as the active instance", "lease", LeaseBucket+"."+l.key)
+			}
+			return l, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			log.Warn("lease: cannot read or take it; trying again", "err", err)
+		} else if other, ok := l.current(ctx); ok {
+			if other.Host == host && other.PID != l.holder.PID && !pidAlive(other.PID) {
+				// This host's previous instance, dead (a kill -9 and a
+				// restart): take its lease now rather than after the TTL.
+				if rev, err := l.takeOver(ctx, value); err == nil {
+					l.rev = rev
+					log.Info("took over the lease of this host's previous instance, which is gone", "previous_pid", other.PID)
+					return l, nil
+				}
+			} else if !said {
+				log.Info("standing by: another instance is active", "active", other.String(), "lease_ttl", ttl)
+				said = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(max(ttl/5, 100*time.Millisecond)):
+		}
+	}
+}
+
+// current reads who holds the lease now.
+func (l *Lease) current(ctx context.Context) (LeaseHolder, bool) {
+	e, err := l.kv.Get(ctx, l.key)
+	if err != nil {
+		return LeaseHolder{}, false
+	}
+	var h LeaseHolder
+	if json.Unmarshal(e.Value(), &h) != nil {
+		return LeaseHolder{}, false
+	}
+	return h, true
+}
+
+// takeOver replaces the lease's value, guarded by its last revision.
+func (l *Lease) takeOver(ctx context.Context, value []byte) (uint64, error) {
+	e, err := l.kv.Get(ctx, l.key)
+	if err != nil {
+		return 0, err
+	}
+	return l.write(ctx, value, e.Revision())
+}
+
+// write publishes the lease's value with its TTL, expecting the key's
+// last revision to be rev (a KV update cannot carry a TTL).
+func (l *Lease) write(ctx context.Context, value []byte, rev uint64) (uint64, error) {
+	m := nats.NewMsg("$KV." + LeaseBucket + "." + l.key)
+	m.Data = value
+	m.Header.Set(jetstream.MsgTTLHeader, l.ttl.String())
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := l.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// Keep refreshes the lease every third of its TTL until ctx is done. It
+// returns ErrLeaseLost when the lease is no longer this instance's (then
+// the service must stop at once), or ctx's error.
+func (l *Lease) Keep(ctx context.Context) error {
+	value, err := json.Marshal(l.holder)
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(l.ttl / 3)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		wctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+		rev, err := l.write(wctx, value, l.rev)
+		cancel()
+		switch {
+		case err == nil:
+			l.rev, lastOK = rev, time.Now()
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
+			return ErrLeaseLost
+		case time.Since(lastOK) >= l.ttl:
+			// Cut off from the cluster for the whole TTL: a stand-by may
+			// have taken over.
+			return fmt.Errorf("%w (no refresh for %s: %v)", ErrLeaseLost, time.Since(lastOK).Round(time.Millisecond), err)
+		default:
+			l.log.Warn("lease: refresh failed; trying again", "err", err)
+		}
+	}
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	// Replicated streams answer 10164 where a single server says 10071.
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Release gives the lease up (a clean stop), so that a stand-by takes
+// over at once.
+func (l *Lease) Release(ctx context.Context) {
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
+		l.log.Warn("lease: release failed (a stand-by takes over when it expires)", "err", err)
+	}
+}
+
+// pidAlive reports whether a process with pid runs on this host.
+func pidAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,134 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/lib/service"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestLeaseOneActiveInstance: a second instance stands by while the first
+// holds the lease; a release hands it over at once; an instance that
+// stops refreshing loses it after the TTL to the stand-by, and finds out
+// (ErrLeaseLost) when it tries again.
+func TestLeaseOneActiveInstance(t *testing.T) {
+	env := eventstest.Start(t)
+	js, err := jetstream.New(env.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := eventstest.Logger(t)
+	topo := events.DefaultTopology()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second // the server's shortest message TTL
+
+	a, err := service.AcquireLease(ctx, js, topo, "svc", ttl, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepA, stopA := context.WithCancel(ctx)
+	keptA := make(chan error, 1)
+	go func() { keptA <- a.Keep(keepA) }()
+
+	got := make(chan *service.Lease, 1)
+	go func() {
+		b, err := service.AcquireLease(ctx, js, topo, "svc", ttl, log)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	// A holds and refreshes it: B stands by for several TTLs.
+	select {
+	case <-got:
+		t.Fatal("a second instance took the lease while the first refreshed it")
+	case <-time.After(3 * ttl):
+	}
+	// A clean stop hands it over at once.
+	stopA()
+	<-keptA
+	released := time.Now()
+	a.Release(ctx)
+	var b *service.Lease
+	select {
+	case b = <-got:
+		t.Logf("stand-by took over %s after the release", time.Since(released).Round(time.Millisecond))
+	case <-time.After(ttl):
+		t.Fatal("the stand-by did not take over within the TTL of a release")
+	}
+
+	// B stops refreshing (paused, cut off): after the TTL a stand-by C
+	// takes over, and B's next refresh says the lease is lost.
+	stalled := time.Now()
+	c, err := service.AcquireLease(ctx, js, topo, "svc", ttl, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(stalled); waited < ttl/2 {
+		t.Errorf("took a live lease after %s, before its TTL (%s) passed", waited, ttl)
+	}
+	if err := b.Keep(ctx); !errors.Is(err, service.ErrLeaseLost) {
+		t.Errorf("the stalled instance's refresh: %v, want ErrLeaseLost", err)
+	}
+	c.Release(ctx)
+}
+
+// TestLeaseOfADeadProcessOnThisHost: after a kill -9 and a restart on the
+// same host the new instance takes the lease at once (its holder's pid is
+// gone), not after the TTL.
+func TestLeaseOfADeadProcessOnThisHost(t *testing.T) {
+	env := eventstest.Start(t)
+	js, err := jetstream.New(env.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	log := eventstest.Logger(t)
+	// A lease that lives a minute, held by a process of this host that
+	// has exited.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "bootstrap", time.Minute, log); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, service.LeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	value, _ := json.Marshal(service.LeaseHolder{Service: "svc", Host: host, PID: gone.Process.Pid, Since: time.Now()})
+	if _, err := kv.Create(ctx, "svc", value, jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "svc", time.Minute, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("took %s to take over a dead process's lease", waited)
+	}
+	l.Release(ctx)
+	// A live holder on this host (this test process) is waited for.
+	value, _ = json.Marshal(service.LeaseHolder{Service: "svc2", Host: host, PID: os.Getpid() + 0, Since: time.Now()})
+	if _, err := kv.Create(ctx, "svc2", value, jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := service.AcquireLease(short, js, events.DefaultTopology(), "svc2", time.Minute, log); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("took the lease of a live process: %v", err)
+	}
+}
