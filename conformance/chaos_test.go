@@ -335,8 +335,11 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 	defer sub.Stop()
 
 	// A question nobody answers, whose deadline falls during the chaos.
+	// (Retried, as everything here: a service may be starting or killed.)
 	var deadlineReply map[string]any
-	mustRequest(t, nc, "heed.cmd.confirm.request", map[string]any{"id": "chaos-deadline", "message": "nobody answers", "options": []map[string]string{{"label": "Go", "value": "proceed"}, {"label": "Stop", "value": "cancel"}}, "default": "cancel", "timeout_s": 4, "requester": "chaos"}, &deadlineReply)
+	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+		return request(nc, "heed.cmd.confirm.request", map[string]any{"id": "chaos-deadline", "message": "nobody answers", "options": []map[string]string{{"label": "Go", "value": "proceed"}, {"label": "Stop", "value": "cancel"}}, "default": "cancel", "timeout_s": 4, "requester": "chaos"}, &deadlineReply)
+	})
 
 	// Start the runs, at most inFlight at once, retrying through the chaos.
 	ids := make([]string, runs)
@@ -500,6 +503,9 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 			var seen []string
 			for _, e := range streamMsgs(t, js, "heed.run."+id+".>") {
 				seen = append(seen, fmt.Sprintf("#%d %s", e.Seq, strings.TrimPrefix(e.Subject, "heed.")))
+				if strings.HasSuffix(e.Subject, ".step.failed") {
+					seen = append(seen, fmt.Sprintf("(%s)", e.Data))
+				}
 			}
 			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
 		}
@@ -532,6 +538,7 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 			break
 		}
 		replayOut = append(out, []byte(err.Error())...)
+		t.Logf("heed replay at %s: %s", time.Now().Format("15:04:05.000"), strings.TrimSpace(string(replayOut)))
 		if time.Now().After(end) {
 			t.Errorf("the projections differ from a replay of the log:\n%s", replayOut)
 			break

@@ -247,15 +247,20 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	} else if len(cfg.Filters) == 1 {
 		jc.FilterSubject, jc.FilterSubjects = cfg.Filters[0], nil
 	}
-	cons, err := bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
-	if err != nil {
-		// A durable recreated after it was lost starts at a sequence
-		// (see recreate), and a deliver policy cannot be updated: keep it.
-		if old, oerr := bus.js.Consumer(ctx, cfg.Stream, cfg.Name); oerr == nil && old.CachedInfo().Config.DeliverPolicy != jc.DeliverPolicy {
-			jc.DeliverPolicy, jc.OptStartSeq, jc.OptStartTime = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartSeq, old.CachedInfo().Config.OptStartTime
-			cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+	var cons jetstream.Consumer
+	err := WhileUnavailable(ctx, func() error {
+		var err error
+		cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+		if err != nil {
+			// A durable recreated after it was lost starts at a sequence
+			// (see recreate), and a deliver policy cannot be updated: keep it.
+			if old, oerr := bus.js.Consumer(ctx, cfg.Stream, cfg.Name); oerr == nil && old.CachedInfo().Config.DeliverPolicy != jc.DeliverPolicy {
+				jc.DeliverPolicy, jc.OptStartSeq, jc.OptStartTime = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartSeq, old.CachedInfo().Config.OptStartTime
+				cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("create consumer %s on %s: %v", cfg.Name, cfg.Stream, err), Err: err}
 	}

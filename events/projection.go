@@ -53,6 +53,7 @@ type envelope struct {
 
 // kvStore applies one event (at seq) to a live bucket.
 type kvStore struct {
+	js   jetstream.JetStream
 	kv   jetstream.KeyValue
 	seq  uint64
 	seen map[string]kvSeen
@@ -64,20 +65,84 @@ type kvSeen struct {
 }
 
 func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		s.seen[key] = kvSeen{}
-		return nil, nil
-	}
+	value, rev, err := leaderGet(ctx, s.js, s.kv.Bucket(), key)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
+	if rev == 0 {
+		s.seen[key] = kvSeen{}
+		return nil, nil
+	}
 	var env envelope
-	if err := json.Unmarshal(e.Value(), &env); err != nil {
+	if err := json.Unmarshal(value, &env); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", key, err)
 	}
-	s.seen[key] = kvSeen{rev: e.Revision(), seq: env.Seq}
+	s.seen[key] = kvSeen{rev: rev, seq: env.Seq}
 	return &env, nil
+}
+
+// leaderGet reads a key's last value from the bucket stream's leader: rev
+// 0 when there is none (never written, deleted or purged). A KV get is a
+// direct get, which any replica of an R3 bucket may answer, a replica that
+// has not applied the last write yet among them; a projection that reads
+// one key and writes another (a decision's counter from a confirmation's
+// state) would then count an event twice, the guard on the key it writes
+// being right. The leader has every write it acknowledged.
+func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		LastBy string `json:"last_by_subj"`
+	}{"$KV." + bucket + "." + key})
+	if err != nil {
+		return nil, 0, err
+	}
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	} else if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	m, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("message get: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.Code == 404 {
+			return nil, 0, nil
+		}
+		return nil, 0, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, 0, nil
+	}
+	if len(resp.Message.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err == nil {
+			switch hdr.Get("KV-Operation") {
+			case "DEL", "PURGE":
+				return nil, 0, nil
+			}
+			if hdr.Get("Nats-Marker-Reason") != "" {
+				return nil, 0, nil // a TTL's or limit's removal marker
+			}
+		}
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
 }
 
 func (s *kvStore) Get(ctx context.Context, key string, v any) (bool, error) {
@@ -206,7 +271,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 		Workers:       1,
 		Logger:        log,
 	}, func(ctx context.Context, d *Delivery) ([]Event, error) {
-		s := &kvStore{kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2)}
+		s := &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2)}
 		return nil, p.Apply(ctx, s, d.Event)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -159,18 +160,66 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 // consumer creation is a data race inside nats-server): unchanged streams
 // are left alone, so services provision concurrently.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		_, err = js.UpdateStream(ctx, cfg)
-	}
-	return err
+	return WhileUnavailable(ctx, func() error {
+		_, err := js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			_, err = js.UpdateStream(ctx, cfg)
+		}
+		return err
+	})
 }
 
 // ensureKeyValue is ensureStream for a KV bucket.
 func ensureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
-	_, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		_, err = js.UpdateKeyValue(ctx, cfg)
+	return WhileUnavailable(ctx, func() error {
+		_, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err = js.UpdateKeyValue(ctx, cfg)
+		}
+		return err
+	})
+}
+
+// ClusterPatience bounds how long provisioning and consumer creation wait
+// for JetStream while it is unavailable: a cluster electing a stream's
+// leader (a node was killed) answers its API with timeouts, "no
+// responders" or 503s for a few seconds.
+const ClusterPatience = 90 * time.Second
+
+// WhileUnavailable calls f until it succeeds, fails for a reason other
+// than JetStream being unavailable for now, ctx is done or
+// ClusterPatience has passed.
+func WhileUnavailable(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(ClusterPatience)
+	wait := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !transientJS(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return err
+}
+
+// transientJS reports whether err says JetStream cannot answer now (and
+// may soon), rather than that the request is wrong.
+func transientJS(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionReconnecting) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeJetStreamNotEnabled, jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+		return false // it will not be, by waiting
+	}
+	return apiErr.Code == 503 || apiErr.Code == 500 || apiErr.Code == 408
 }

@@ -25,16 +25,21 @@ import (
 // server applies) when the active instance stops refreshing it. A clean
 // stop releases it, so a stand-by takes over at once; after a kill -9 it
 // takes over once the TTL has passed. An instance that finds its lease
-// gone (it was paused past the TTL, or cut off from the cluster) stops
-// at once and exits 1, so that its supervisor starts it again, standing
-// by. docs/PRODUCTION.md.
+// gone (it was paused past the TTL, or cut off from the cluster) exits 1
+// at once, without draining, as a crash would (the stand-by may be
+// running its work already; everything is in the log), so that its
+// supervisor starts it again, standing by. docs/PRODUCTION.md.
 
 // LeaseBucket holds one key per service: who is active.
 const LeaseBucket = "heed_leases"
 
 // DefaultLeaseTTL is how long a lease outlives its last refresh; the
-// active instance refreshes it every third of that.
-const DefaultLeaseTTL = 5 * time.Second
+// active instance refreshes it every fifth of that. Longer than a
+// JetStream leader election under load (a node killed: a few seconds
+// without answers from the lease's stream), so that an active instance
+// does not give up for that; a stand-by on another host takes over this
+// long after a kill -9.
+const DefaultLeaseTTL = 15 * time.Second
 
 // LeaseHolder is the value of a lease key.
 type LeaseHolder struct {
@@ -68,7 +73,11 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: LeaseBucket, Description: "heed leases: which instance of each service is active"}); err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, LeaseBucket)
+	var kv jetstream.KeyValue
+	err := events.WhileUnavailable(ctx, func() (err error) {
+		kv, err = js.KeyValue(ctx, LeaseBucket)
+		return err
+	})
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: "lease bucket: " + err.Error(), Err: err}
 	}
@@ -152,7 +161,7 @@ func (l *Lease) write(ctx context.Context, value []byte, rev uint64) (uint64, er
 	return ack.Sequence, nil
 }
 
-// Keep refreshes the lease every third of its TTL until ctx is done. It
+// Keep refreshes the lease every fifth of its TTL until ctx is done. It
 // returns ErrLeaseLost when the lease is no longer this instance's (then
 // the service must stop at once), or ctx's error.
 func (l *Lease) Keep(ctx context.Context) error {
@@ -160,7 +169,7 @@ func (l *Lease) Keep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(l.ttl / 3)
+	t := time.NewTicker(l.ttl / 5)
 	defer t.Stop()
 	lastOK := time.Now()
 	for {
@@ -169,7 +178,7 @@ func (l *Lease) Keep(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		wctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+		wctx, cancel := context.WithTimeout(ctx, l.ttl/5)
 		rev, err := l.write(wctx, value, l.rev)
 		cancel()
 		switch {
@@ -198,7 +207,27 @@ func isWrongLastSequence(err error) bool {
 // Release gives the lease up (a clean stop), so that a stand-by takes
 // over at once.
 func (l *Lease) Release(ctx context.Context) {
-	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
+	// By the revision read now: a refresh cut short by the stop may have
+	// been stored after all, and then the lease is at a later revision
+	// than this instance knows.
+	// The stream may store that refresh just after this read: read again
+	// when the delete finds a later revision.
+	var err error
+	for range 5 {
+		var e jetstream.KeyValueEntry
+		if e, err = l.kv.Get(ctx, l.key); err != nil {
+			break
+		}
+		var h LeaseHolder
+		if json.Unmarshal(e.Value(), &h) != nil || h.Host != l.holder.Host || h.PID != l.holder.PID || !h.Since.Equal(l.holder.Since) {
+			return // not ours any more
+		}
+		if err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision())); err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSequence(err) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		l.log.Warn("lease: release failed (a stand-by takes over when it expires)", "err", err)
 	}
 }

@@ -368,10 +368,6 @@ func (f *Flags) main(name string, run RunFunc) int {
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	if err := rt.ServeHealth(); err != nil {
-		log.Error("start failed", "err", err)
-		return 1
-	}
 	rt.SetHealthConfig(HealthConfig{LagThreshold: f.LagThreshold, StallAfter: f.StallAfter})
 	if f.HealthAddr != "" {
 		go serveHTTPHealth(ctx, f.HealthAddr, rt)
@@ -385,8 +381,16 @@ func (f *Flags) main(name string, run RunFunc) int {
 		log.Info("metrics", "url", "http://"+addr+"/metrics")
 	}
 	log.Info("started", "nats", rt.Conn.ConnectedUrlRedacted(), "auth", f.Auth.Describe(), "replicas", f.Replicas)
-	runCtx, stopRun := context.WithCancelCause(ctx)
-	defer stopRun(nil)
+	// The NATS health endpoint (what `heed status` and `nats micro ls`
+	// ask) is the active instance's: a stand-by joins it when it takes
+	// over. --health-listen answers from the start (a stand-by is alive).
+	serveHealth := func() bool {
+		if err := rt.ServeHealth(); err != nil {
+			log.Error("start failed", "err", err)
+			return false
+		}
+		return true
+	}
 	var lease *Lease
 	if f.LeaseTTL > 0 {
 		// Health answers while standing by (ok, standing by), so that an
@@ -410,19 +414,25 @@ func (f *Flags) main(name string, run RunFunc) int {
 			return 1
 		}
 		active.Store(true)
+		if !serveHealth() {
+			rt.Close()
+			return 1
+		}
 		go func() {
-			if err := lease.Keep(runCtx); errors.Is(err, ErrLeaseLost) {
-				log.Error("stopping at once", "err", err)
-				stopRun(err)
+			if err := lease.Keep(ctx); errors.Is(err, ErrLeaseLost) {
+				// Not a drain: another instance may be doing this one's
+				// work already (a tool call in flight here would overlap
+				// with its retry there). Stop as a crash does; tool
+				// processes die with this one.
+				log.Error("exiting at once", "err", err)
+				os.Exit(1)
 			}
 		}()
-	}
-	err = run(runCtx, rt)
-	if lost := context.Cause(runCtx); errors.Is(lost, ErrLeaseLost) {
+	} else if !serveHealth() {
 		rt.Close()
-		log.Error("stopped: the lease was lost", "err", lost)
 		return 1
 	}
+	err = run(ctx, rt)
 	if lease != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		lease.Release(rctx)

@@ -30,8 +30,11 @@ import (
 //     so a run that moved on meanwhile is left alone;
 //   - a tool call whose result is not in the log, that no call in this
 //     process is making and whose tool's time limit (plus SweepQuiet) has
-//     passed, is failed with kind "lost": its on_error applies (a retry
-//     calls the tool again with the next attempt's idempotency key);
+//     passed — for an idempotent tool, at least the consumer's ack wait:
+//     the delivery of a call whose runner died comes back by then and the
+//     call is made again with the same key — is failed with kind "lost":
+//     its on_error applies (a retry calls the tool again with the next
+//     attempt's idempotency key);
 //   - a retry waiting out its backoff is started.
 //
 // Everything the sweep writes has the id reconciling would give it, and
@@ -216,6 +219,17 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	if dec.Launch != nil {
 		if spec, ok := e.invoker.Registry.Get(dec.Launch.Step.Tool); ok {
 			limit = spec.TimeoutDuration()
+			if spec.IsIdempotent() {
+				// A runner that died while making the call left its
+				// delivery unacknowledged: it comes back after the ack
+				// wait, to a restarted runner or a stand-by (the consumer
+				// delivers it up to MaxDeliver times, a node's failover
+				// delaying each), and the call is made again with the same
+				// key: exactly once, for a tool that honours it. Failing it
+				// as lost before the consumer has given up would make a
+				// retry with the next key do it twice.
+				limit = max(limit, lostAfterDeliveries*e.ackWait)
+			}
 		}
 	}
 	out := sweepEvents(r, dec, time.Now().UTC(), limit+quiet)
@@ -261,6 +275,11 @@ func eventTypes(evs []events.Event) []string {
 	}
 	return out
 }
+
+// lostAfterDeliveries is how many ack waits an idempotent call's delivery
+// has to come back before the sweep takes the call for lost: the
+// consumer's MaxDeliver (events.ConsumerConfig's default).
+const lostAfterDeliveries = 5
 
 // sweepEvents is what a sweep writes to a quiet run, given the decision
 // its state leads to: the decision's events; a retry's start, when the
