@@ -506,6 +506,23 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 				if strings.HasSuffix(e.Subject, ".step.failed") {
 					seen = append(seen, fmt.Sprintf("(%s)", e.Data))
 				}
+				if strings.HasSuffix(e.Subject, ".paused") {
+					// Where a run waits for an answer: what its
+					// confirmation's log holds.
+					var p struct {
+						ConfirmID string `json:"confirm_id"`
+					}
+					if json.Unmarshal(e.Data, &p) == nil && p.ConfirmID != "" {
+						var cs []string
+						for _, c := range streamMsgs(t, js, "heed.confirm."+p.ConfirmID+".>") {
+							cs = append(cs, fmt.Sprintf("#%d %s", c.Seq, strings.TrimPrefix(c.Subject, "heed.confirm."+p.ConfirmID+".")))
+						}
+						amu.Lock()
+						asked := answered[p.ConfirmID]
+						amu.Unlock()
+						seen = append(seen, fmt.Sprintf("(confirmation %s: %s; the test saw the pause: %v)", p.ConfirmID, strings.Join(cs, ", "), asked))
+					}
+				}
 			}
 			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
 		}
@@ -531,7 +548,7 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 	// waits for them, and a difference is asked again for a minute.)
 	rep.replayEqual = "differs"
 	var replayOut []byte
-	for end := time.Now().Add(60 * time.Second); ; {
+	for end := time.Now().Add(3 * time.Minute); ; {
 		out, err := exec.Command(heedBin, "replay", "--nats-url", url).CombinedOutput()
 		if err == nil {
 			rep.replayEqual = "equal"
