@@ -324,16 +324,6 @@ func (c *cluster) waitServices(d time.Duration) {
 	})
 }
 
-// process returns a node or a service by name.
-func (c *cluster) process(name string) *proc {
-	for _, n := range c.nodes {
-		if n.name == name {
-			return n
-		}
-	}
-	return c.services[name]
-}
-
 // clusterChaos kills a random process (a service, or a node) with SIGKILL
 // every interval and starts it again after a pause, until stopped. At most
 // one node is down at a time (R3 keeps a quorum of two).
