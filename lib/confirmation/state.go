@@ -274,3 +274,40 @@ func clip(s string, n int) string {
 	}
 	return s[:cut] + "…"
 }
+
+// ReadAt bounds how long LoadAt and LoadVerdictsAt read again for a
+// message the log is known to hold.
+const ReadAt = time.Second
+
+// LoadAt is Load for a reader that knows the log holds the
+// confirmation's message at seq (a consumer that was delivered it): a
+// read that ends before seq came from a replica behind the log (a direct
+// get on an R3 stream may be answered by any replica) and is read again,
+// for up to ReadAt; after that the short state is returned.
+func LoadAt(ctx context.Context, bus *events.Bus, id string, seq uint64) (*State, error) {
+	return readAt(ctx, seq, func() (*State, error) { return Load(ctx, bus, id) })
+}
+
+// LoadVerdictsAt is LoadAt for LoadVerdicts: seq is one of the
+// confirmation's requests, expiries or answers.
+func LoadVerdictsAt(ctx context.Context, bus *events.Bus, id string, seq uint64) (*State, error) {
+	return readAt(ctx, seq, func() (*State, error) { return LoadVerdicts(ctx, bus, id) })
+}
+
+func readAt(ctx context.Context, seq uint64, load func() (*State, error)) (*State, error) {
+	deadline := time.Now().Add(ReadAt)
+	for {
+		st, err := load()
+		if err != nil && events.CodeOf(err) != events.CodeNotFound {
+			return st, err
+		}
+		if (st != nil && st.LastSeq >= seq) || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}

@@ -282,7 +282,7 @@ func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedDat
 func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *confirmation.State) ([]events.Event, error) {
 	if st == nil {
 		var err error
-		st, err = confirmation.Load(ctx, r.bus, id)
+		st, err = confirmation.LoadAt(ctx, r.bus, id, d.Seq)
 		if err != nil && events.CodeOf(err) != events.CodeNotFound {
 			return nil, err
 		}

@@ -118,8 +118,24 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	r = runstate.New(id)
 	fresh := events.Type(d.Event.Type()) == events.RunRequested && d.Delivered == 1
 	if !fresh {
-		if err := r.CatchUp(ctx, e.bus, e.skills); err != nil {
-			return nil, err
+		// The delivered event of a run is in its history: a read that ends
+		// before it came from a replica behind the log (any replica of an
+		// R3 stream may answer a direct get) and goes on from where it
+		// stopped, for up to a second.
+		own := events.Type(d.Event.Type()).Kind() == "run"
+		deadline := time.Now().Add(time.Second)
+		for {
+			if err := r.CatchUp(ctx, e.bus, e.skills); err != nil {
+				return nil, err
+			}
+			if !own || r.LastSeq >= d.Seq || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(25 * time.Millisecond):
+			}
 		}
 	}
 	e.mu.Lock()
@@ -329,7 +345,7 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	}
 	// The verdict alone: read from literal subjects, which the server
 	// finds from its subject index instead of walking the log.
-	st, err := confirmation.LoadVerdicts(ctx, e.bus, d.Event.Subject())
+	st, err := confirmation.LoadVerdictsAt(ctx, e.bus, d.Event.Subject(), d.Seq)
 	if events.CodeOf(err) == events.CodeNotFound {
 		return false, nil // an answer before its question: refused
 	}
