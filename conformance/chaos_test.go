@@ -527,6 +527,26 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
 		}
 	}
+	// What the services dead-lettered meanwhile, by code and original
+	// subject's kind (an input a service could not finish with ends there).
+	if dlq, err := js.Stream(ctxFor(t, 10*time.Second), "HEED_DLQ"); err == nil {
+		counts := map[string]int{}
+		for seq := uint64(1); ; {
+			m, err := dlq.GetMsg(ctxFor(t, 10*time.Second), seq, jetstream.WithGetMsgSubject("heed.dlq.>"))
+			if err != nil {
+				break
+			}
+			orig := m.Header.Get("Heed-Dlq-Subject")
+			if parts := strings.Split(orig, "."); len(parts) > 3 {
+				orig = parts[1] + ".*." + strings.Join(parts[3:], ".")
+			}
+			counts[m.Header.Get("Heed-Dlq-Code")+" "+orig+" (by "+m.Header.Get("Heed-Dlq-Consumer")+")"]++
+			seq = m.Sequence + 1
+		}
+		if len(counts) > 0 {
+			t.Logf("dead letters during the chaos: %v", counts)
+		}
+	}
 	if rep.overlaps > 0 {
 		t.Errorf("%d tool calls ran while another live copy of the same call ran", rep.overlaps)
 	}
