@@ -206,6 +206,10 @@ type Consumer struct {
 	// a slow handler here, not a handler that never finished.
 	imu      sync.Mutex
 	inflight map[uint64]int
+	// nakked counts the deliveries of a message this process finished
+	// with a retry (a handler error): they were not crashes, so the guard
+	// against crash loops does not count them.
+	nakked map[uint64]int
 
 	// only are the filters when the server filters by ServerFilter: a
 	// message matching none is acknowledged unhandled.
@@ -268,7 +272,7 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, nakked: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
 	}
 	c.noteFloor(cons.CachedInfo())
 	// A short queue per worker: what waits here has been delivered, so its
@@ -554,7 +558,7 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 	seq := meta.Sequence.Stream
 	c.imu.Lock()
 	held := c.inflight[seq]
-	if int(meta.NumDelivered) > c.cfg.MaxDeliver && held == 0 {
+	if int(meta.NumDelivered)-c.nakked[seq] > c.cfg.MaxDeliver && held == 0 {
 		c.imu.Unlock()
 		c.deadLetter(msg, meta, CodeUnfinished, fmt.Sprintf("delivered %d times and never finished: its handler crashed, was killed or outlived the ack wait (%s) each time", meta.NumDelivered, c.cfg.AckWait))
 		return
@@ -587,6 +591,17 @@ func (c *Consumer) work(q chan *Delivery) {
 
 // finish publishes the handler's events, then acknowledges; or retries or
 // dead-letters on error. Called once per delivery.
+// UnavailableAllowance multiplies MaxDeliver for an event whose handler
+// failed because NATS or JetStream could not be reached: with the default
+// backoff, about 80 s of retries instead of 8.
+const UnavailableAllowance = 4
+
+// unavailable reports whether err says NATS or JetStream could not be
+// reached, rather than that the event or the handler is wrong.
+func unavailable(err error) bool {
+	return CodeOf(err) == CodeUnavailable || errors.Is(err, context.DeadlineExceeded) || transientJS(err)
+}
+
 func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err error) {
 	d.mu.Lock()
 	if d.closed {
@@ -607,6 +622,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 		}
 	}
 	if err == nil {
+		c.settled(d.Seq)
 		if aerr := d.msg.Ack(); aerr != nil {
 			c.log.Warn("ack failed; the event will be redelivered", "subject", d.Subject, "seq", d.Seq, "err", aerr)
 		}
@@ -616,10 +632,21 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	}
 	meta, _ := d.msg.Metadata()
 	if errors.Is(err, ErrPoison) {
+		c.settled(d.Seq)
 		c.deadLetter(d.msg, meta, CodePoison, err.Error())
 		return
 	}
-	if int(d.Delivered) >= c.cfg.MaxDeliver {
+	limit := c.cfg.MaxDeliver
+	if unavailable(err) {
+		// NATS or JetStream could not be reached (a cluster electing a
+		// stream's leader answers nothing for seconds): not the event's
+		// fault, and dead-lettering it would leave undone what it asks
+		// for (a run's first call). It gets more deliveries, still
+		// bounded.
+		limit *= UnavailableAllowance
+	}
+	if int(d.Delivered) >= limit {
+		c.settled(d.Seq)
 		c.deadLetter(d.msg, meta, CodeHandlerFailed, fmt.Sprintf("failed %d times; last error: %v", d.Delivered, err))
 		return
 	}
@@ -627,7 +654,20 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	c.log.Warn("handler failed; will retry", "subject", d.Subject, "seq", d.Seq, "attempt", d.Delivered, "retry_in", delay, "err", err)
 	c.retried.Add(1)
 	c.obs.Consumed(c.cfg.Name, d.Event.Type(), OutcomeRetried)
+	if unavailable(err) {
+		c.imu.Lock()
+		c.nakked[d.Seq]++
+		c.imu.Unlock()
+	}
 	_ = d.msg.NakWithDelay(delay)
+}
+
+// settled forgets the retries of a message that is done with (acked or
+// dead-lettered).
+func (c *Consumer) settled(seq uint64) {
+	c.imu.Lock()
+	delete(c.nakked, seq)
+	c.imu.Unlock()
 }
 
 func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, code Code, reason string) {

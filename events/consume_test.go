@@ -702,3 +702,51 @@ func TestConsumeServerFilter(t *testing.T) {
 		t.Error("a server filter that does not cover the filters was accepted")
 	}
 }
+
+// An event whose handler fails only because NATS or JetStream cannot be
+// reached (a cluster's failover) is not dead-lettered after MaxDeliver
+// deliveries: it gets UnavailableAllowance times as many, and is handled
+// once JetStream answers again; past those it is dead-lettered too.
+func TestConsumeUnavailableIsNotTheEventsFault(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	waits := newEvent(t, events.RunStepFailed, "waits", "waits-1", stepFailedData)
+	never := newEvent(t, events.RunStepFailed, "never", "never-1", stepFailedData)
+	publish(t, bus, waits)
+	publish(t, bus, never)
+
+	const maxDeliver = 2
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	c := consume(t, bus, events.ConsumerConfig{
+		Name:       "patient",
+		MaxDeliver: maxDeliver,
+		Backoff:    []time.Duration{5 * time.Millisecond},
+		Workers:    2,
+	}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		mu.Lock()
+		attempts[d.Event.ID()]++
+		n := attempts[d.Event.ID()]
+		mu.Unlock()
+		if d.Event.ID() == never.ID() || n < 2*maxDeliver {
+			return nil, events.Errorf(events.CodeUnavailable, "publish: %v", context.DeadlineExceeded)
+		}
+		return nil, nil
+	})
+	waitIdle(t, js, "patient")
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if s := c.Stats(); s.Handled != 1 || s.DeadLettered != 1 {
+			return fmt.Errorf("stats %+v", s)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if n := attempts[waits.ID()]; n != 2*maxDeliver {
+		t.Errorf("the event that waited out the outage: %d deliveries, want %d (handled on the last)", n, 2*maxDeliver)
+	}
+	if n := attempts[never.ID()]; n != maxDeliver*events.UnavailableAllowance {
+		t.Errorf("an outage that never ends: %d deliveries before the dead letter, want %d", n, maxDeliver*events.UnavailableAllowance)
+	}
+}
