@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
@@ -222,12 +223,7 @@ func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string,
 	if err != nil {
 		return nil, 0, err
 	}
-	prefix := js.Options().APIPrefix
-	if prefix == "" {
-		prefix = jetstream.DefaultAPIPrefix
-	} else if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
+	prefix := apiPrefix(js)
 	// The reply is the message (or 404), then an end-of-batch marker the
 	// shared subscription drops.
 	m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream, req)
@@ -244,19 +240,8 @@ func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string,
 	if err != nil {
 		return nil, 0, fmt.Errorf("the stream does not answer batched direct gets (is it there, allowing direct get, on nats-server 2.11 or later?): no pending count: %w", err)
 	}
-	mseq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return nil, 0, fmt.Errorf("direct get: sequence: %w", err)
-	}
-	stored, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-	if err != nil {
-		return nil, 0, fmt.Errorf("direct get: time stamp: %w", err)
-	}
-	subject := m.Header.Get(jetstream.SubjectHeader)
-	for _, h := range directGetHeaders {
-		m.Header.Del(h)
-	}
-	return &RawMsg{Subject: subject, Header: m.Header, Data: m.Data, Seq: mseq, Stored: stored}, np, nil
+	raw, err := directRaw(m)
+	return raw, np, err
 }
 
 // LastOf reads the last message of filter (a literal subject or a
@@ -276,12 +261,7 @@ func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) 
 	if err != nil {
 		return nil, err
 	}
-	prefix := js.Options().APIPrefix
-	if prefix == "" {
-		prefix = jetstream.DefaultAPIPrefix
-	} else if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
+	prefix := apiPrefix(js)
 	m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream, req)
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: %v", filter, stream, err), Err: err}
@@ -292,6 +272,36 @@ func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) 
 		}
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: status %s %s", filter, stream, m.Header.Get("Status"), m.Header.Get("Description"))}
 	}
+	return directRaw(m)
+}
+
+// FirstOf reads the first message of filter at or after seq and how many
+// more of filter the stream holds after it, in one direct get; nil when
+// there is none. Cheap for a literal subject (the subject index answers);
+// for a wildcard the server may walk the log to count.
+func FirstOf(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*RawMsg, uint64, error) {
+	m, np, err := firstOf(ctx, js, stream, filter, seq)
+	if err != nil {
+		return nil, 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the first of %s on %s: %v", filter, stream, err), Err: err}
+	}
+	return m, np, nil
+}
+
+// apiPrefix is the JetStream API prefix of js, ending with a dot.
+func apiPrefix(js jetstream.JetStream) string {
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		return jetstream.DefaultAPIPrefix
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	return prefix
+}
+
+// directRaw is the stored message a direct get replied with: its
+// subject, sequence and time from the reply's headers, which it drops.
+func directRaw(m *nats.Msg) (*RawMsg, error) {
 	mseq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("direct get: sequence: %w", err)
@@ -305,16 +315,4 @@ func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) 
 		m.Header.Del(h)
 	}
 	return &RawMsg{Subject: subject, Header: m.Header, Data: m.Data, Seq: mseq, Stored: stored}, nil
-}
-
-// FirstOf reads the first message of filter at or after seq and how many
-// more of filter the stream holds after it, in one direct get; nil when
-// there is none. Cheap for a literal subject (the subject index answers);
-// for a wildcard the server may walk the log to count.
-func FirstOf(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*RawMsg, uint64, error) {
-	m, np, err := firstOf(ctx, js, stream, filter, seq)
-	if err != nil {
-		return nil, 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the first of %s on %s: %v", filter, stream, err), Err: err}
-	}
-	return m, np, nil
 }

@@ -100,13 +100,7 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) 
 	if err != nil {
 		return nil, 0, err
 	}
-	prefix := js.Options().APIPrefix
-	if prefix == "" {
-		prefix = jetstream.DefaultAPIPrefix
-	} else if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
-	m, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET.KV_"+bucket, req)
+	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return nil, 0, err
 	}
