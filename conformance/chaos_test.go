@@ -525,6 +525,9 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 				}
 			}
 			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
+			if m, ok := target.(interface{ mentions(string) string }); ok {
+				t.Logf("what the services logged about %s (and their starts and exits):\n%s", id, m.mentions(id))
+			}
 		}
 	}
 	// What the services dead-lettered meanwhile, by code and original

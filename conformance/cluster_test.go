@@ -460,6 +460,21 @@ func (ct *clusterTarget) clientURL() string { return ct.c.url }
 
 func (ct *clusterTarget) during(*testing.T, int, int) {}
 
+// mentions are the services' log lines that name id, in each service's
+// order, with the process they came from: where a run went wrong, what
+// the processes said about it.
+func (ct *clusterTarget) mentions(id string) string {
+	var b strings.Builder
+	for _, name := range ct.c.order {
+		for _, l := range strings.Split(ct.c.services[name].out.String(), "\n") {
+			if strings.Contains(l, id) || strings.HasPrefix(l, "---- ") {
+				fmt.Fprintf(&b, "    %s: %s\n", name, l)
+			}
+		}
+	}
+	return b.String()
+}
+
 func (ct *clusterTarget) settle(t *testing.T) []string {
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {

@@ -32,11 +32,37 @@ type Delivery struct {
 	Delivered uint64    // delivery count, 1 on the first delivery
 	Stored    time.Time // when the stream stored it
 
-	msg    jetstream.Msg
-	c      *Consumer
-	mu     sync.Mutex
-	held   bool
-	closed bool
+	c       *Consumer
+	mu      sync.Mutex
+	msg     jetstream.Msg // the latest delivery of the message (see adopt)
+	latest  uint64        // its delivery count
+	adopted uint64        // how many redeliveries it adopted
+	held    bool
+	closed  bool
+	mute    bool // tests: send no progress reports while held
+}
+
+// current is the message of the latest delivery: what acknowledging,
+// retrying or reporting progress answers.
+func (d *Delivery) current() jetstream.Msg {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.msg
+}
+
+// adopt makes a redelivery of a held message this delivery's: the server
+// sent it again because it stopped hearing about the held one (a consumer
+// leader that moved to another node during a failover drops the progress
+// reports sent meanwhile). The work is going on here, so the redelivery
+// is not handled again, only followed: its reply subject is the one the
+// outcome answers. Handling it again would acknowledge it at once (the
+// work is not done twice: the handler sees it running) and take away the
+// redelivery the held work counts on if it then fails.
+func (d *Delivery) adopt(msg jetstream.Msg, delivered uint64) {
+	d.mu.Lock()
+	d.msg, d.latest = msg, max(d.latest, delivered)
+	d.adopted++
+	d.mu.Unlock()
 }
 
 // Hold detaches the delivery from the handler's return: the input stays
@@ -51,6 +77,9 @@ func (d *Delivery) Hold() func(out []Event, err error) {
 	d.held = true
 	d.mu.Unlock()
 	d.c.held.Add(1)
+	d.c.imu.Lock()
+	d.c.holding[d.Seq] = d
+	d.c.imu.Unlock()
 	stop := make(chan struct{})
 	go func() {
 		t := time.NewTicker(max(d.c.cfg.AckWait/3, 50*time.Millisecond))
@@ -62,7 +91,12 @@ func (d *Delivery) Hold() func(out []Event, err error) {
 			case <-d.c.ctx.Done():
 				return // stopping (or a simulated crash): the server may redeliver
 			case <-t.C:
-				_ = d.msg.InProgress()
+				d.mu.Lock()
+				msg, mute := d.msg, d.mute
+				d.mu.Unlock()
+				if !mute {
+					_ = msg.InProgress()
+				}
 			}
 		}
 	}()
@@ -79,15 +113,16 @@ func (d *Delivery) Hold() func(out []Event, err error) {
 // Header is the stored message's NATS header (ce-* attributes, and the
 // Nats-* headers its writer sent, such as an expected last sequence).
 func (d *Delivery) Header() nats.Header {
-	if d.msg == nil {
+	msg := d.current()
+	if msg == nil {
 		return nil // a delivery built by hand (tests)
 	}
-	return d.msg.Headers()
+	return msg.Headers()
 }
 
 // InProgress tells the server the event is still being worked on, resetting
 // its ack timer.
-func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+func (d *Delivery) InProgress() error { return d.current().InProgress() }
 
 // ConsumerConfig configures a durable consumer.
 type ConsumerConfig struct {
@@ -207,9 +242,13 @@ type Consumer struct {
 	imu      sync.Mutex
 	inflight map[uint64]int
 	// nakked counts the deliveries of a message this process finished
-	// with a retry (a handler error): they were not crashes, so the guard
-	// against crash loops does not count them.
+	// with a retry (a handler error) or adopted while holding it: they
+	// were not crashes, so the guard against crash loops does not count
+	// them.
 	nakked map[uint64]int
+	// holding are the held deliveries (Hold) by stream sequence: a
+	// redelivery of one is adopted by it, not handled again.
+	holding map[uint64]*Delivery
 
 	// only are the filters when the server filters by ServerFilter: a
 	// message matching none is acknowledged unhandled.
@@ -272,7 +311,7 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, nakked: map[uint64]int{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, nakked: map[uint64]int{}, holding: map[uint64]*Delivery{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
 	}
 	c.noteFloor(cons.CachedInfo())
 	// A short queue per worker: what waits here has been delivered, so its
@@ -557,6 +596,14 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 	// any handler sees it.
 	seq := meta.Sequence.Stream
 	c.imu.Lock()
+	if hd := c.holding[seq]; hd != nil {
+		c.nakked[seq]++ // not a crash either: the guard below does not count it
+		c.imu.Unlock()
+		hd.adopt(msg, meta.NumDelivered)
+		_ = msg.InProgress()
+		c.log.Debug("redelivery of a held event adopted", "subject", msg.Subject(), "seq", seq, "delivered", meta.NumDelivered)
+		return
+	}
 	held := c.inflight[seq]
 	if int(meta.NumDelivered)-c.nakked[seq] > c.cfg.MaxDeliver && held == 0 {
 		c.imu.Unlock()
@@ -609,7 +656,14 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 		return
 	}
 	d.closed = true
+	// The tries the handler made: adopted redeliveries were not tries.
+	msg, delivered := d.msg, max(d.Delivered, d.latest)-d.adopted
 	d.mu.Unlock()
+	c.imu.Lock()
+	if c.holding[d.Seq] == d {
+		delete(c.holding, d.Seq)
+	}
+	c.imu.Unlock()
 	defer c.release(d.Seq)
 	if err == nil && len(out) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -623,17 +677,17 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	}
 	if err == nil {
 		c.settled(d.Seq)
-		if aerr := d.msg.Ack(); aerr != nil {
+		if aerr := msg.Ack(); aerr != nil {
 			c.log.Warn("ack failed; the event will be redelivered", "subject", d.Subject, "seq", d.Seq, "err", aerr)
 		}
 		c.handled.Add(1)
 		c.obs.Consumed(c.cfg.Name, d.Event.Type(), OutcomeAcked)
 		return
 	}
-	meta, _ := d.msg.Metadata()
+	meta, _ := msg.Metadata()
 	if errors.Is(err, ErrPoison) {
 		c.settled(d.Seq)
-		c.deadLetter(d.msg, meta, CodePoison, err.Error())
+		c.deadLetter(msg, meta, CodePoison, err.Error())
 		return
 	}
 	limit := c.cfg.MaxDeliver
@@ -645,13 +699,13 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 		// bounded.
 		limit *= UnavailableAllowance
 	}
-	if int(d.Delivered) >= limit {
+	if int(delivered) >= limit {
 		c.settled(d.Seq)
-		c.deadLetter(d.msg, meta, CodeHandlerFailed, fmt.Sprintf("failed %d times; last error: %v", d.Delivered, err))
+		c.deadLetter(msg, meta, CodeHandlerFailed, fmt.Sprintf("failed %d times; last error: %v", delivered, err))
 		return
 	}
-	delay := c.cfg.Backoff[min(int(d.Delivered)-1, len(c.cfg.Backoff)-1)]
-	c.log.Warn("handler failed; will retry", "subject", d.Subject, "seq", d.Seq, "attempt", d.Delivered, "retry_in", delay, "err", err)
+	delay := c.cfg.Backoff[min(int(delivered)-1, len(c.cfg.Backoff)-1)]
+	c.log.Warn("handler failed; will retry", "subject", d.Subject, "seq", d.Seq, "attempt", delivered, "retry_in", delay, "err", err)
 	c.retried.Add(1)
 	c.obs.Consumed(c.cfg.Name, d.Event.Type(), OutcomeRetried)
 	if unavailable(err) {
@@ -659,7 +713,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 		c.nakked[d.Seq]++
 		c.imu.Unlock()
 	}
-	_ = d.msg.NakWithDelay(delay)
+	_ = msg.NakWithDelay(delay)
 }
 
 // settled forgets the retries of a message that is done with (acked or

@@ -750,3 +750,72 @@ func TestConsumeUnavailableIsNotTheEventsFault(t *testing.T) {
 		t.Errorf("an outage that never ends: %d deliveries before the dead letter, want %d", n, maxDeliver*events.UnavailableAllowance)
 	}
 }
+
+// TestConsumeHeldRedeliveryIsAdopted: the server redelivers an event this
+// process still holds (its progress reports were lost, as when the
+// consumer's leader moves to another node). The redelivery is not handled
+// a second time — a handler seeing its own work running would return at
+// once and the event be acknowledged, so a held call that then fails
+// would never be redelivered — and the held work's outcome answers it: a
+// failure is retried, a success acknowledges it.
+func TestConsumeHeldRedeliveryIsAdopted(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ev := newEvent(t, events.RunStepFailed, "held", "held-1", stepFailedData)
+	publish(t, bus, ev)
+
+	var mu sync.Mutex
+	calls := 0
+	var finish func([]events.Event, error)
+	c := consume(t, bus, events.ConsumerConfig{
+		Name:       "holder",
+		AckWait:    300 * time.Millisecond,
+		MaxDeliver: 3,
+		Backoff:    []time.Duration{10 * time.Millisecond},
+	}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			events.MuteProgress(d)
+			finish = d.Hold()
+		}
+		return nil, nil
+	})
+	// Several ack waits pass: the server redelivers it (MaxDeliver times,
+	// more than the crash-loop guard allows), and each is adopted.
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		cons, err := js.Consumer(testCtx(t), events.EventStream, "holder")
+		if err != nil {
+			return err
+		}
+		if n := cons.CachedInfo().Delivered.Consumer; n < 5 {
+			return fmt.Errorf("delivered %d times, want the server to have redelivered it past MaxDeliver", n)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // room for a redelivery to have been handled
+	mu.Lock()
+	if calls != 1 {
+		t.Fatalf("handler called %d times while the first delivery was held, want 1", calls)
+	}
+	mu.Unlock()
+	if s := c.Stats(); s.DeadLettered != 0 {
+		t.Fatalf("a held event was dead-lettered: %+v", s)
+	}
+	// The held work fails: the event comes back and is handled again.
+	finish(nil, errors.New("tool result not stored"))
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls != 2 {
+			return fmt.Errorf("handler called %d times, want 2 (the retry after the held work failed)", calls)
+		}
+		return nil
+	})
+	waitIdle(t, js, "holder")
+	if s := c.Stats(); s.Handled != 1 || s.DeadLettered != 0 {
+		t.Fatalf("stats %+v, want handled once on the retry", s)
+	}
+}

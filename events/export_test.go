@@ -5,3 +5,12 @@ package events
 type ReplayBeforeApply func()
 
 func (f ReplayBeforeApply) replayOption(o *replayOpts) { o.beforeApply = f }
+
+// MuteProgress stops a delivery held after it from reporting progress, as
+// a progress report lost in a failover would: the server redelivers it
+// after the ack wait while this process still holds it.
+func MuteProgress(d *Delivery) {
+	d.mu.Lock()
+	d.mute = true
+	d.mu.Unlock()
+}
