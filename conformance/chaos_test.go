@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,15 +109,20 @@ func startHeedOn(t *testing.T, url, tools string) *heed {
 
 // chaosTool does some work under a lock named by its idempotency key: if
 // another live process holds the same key, it reports an overlap. It
-// records each start and each end.
+// records each start and each end. A lock left by a killed call names its
+// process by pid and start time: pids come round again (pid_max is 32,768
+// on many machines and a chaos run starts tens of thousands of
+// processes), and a pid alone would take a stranger for a live copy.
 const chaosTool = `#!/bin/sh
 key=$(printf %s "$HEED_IDEMPOTENCY_KEY" | tr '/' '_')
 lock="$CHAOS_DIR/locks/$key"
+me="$$ $(cut -d' ' -f22 /proc/$$/stat)"
 if ! mkdir "$lock" 2>/dev/null; then
   old=$(cat "$lock/pid" 2>/dev/null)
-  if [ -n "$old" ] && kill -0 "$old" 2>/dev/null; then echo "overlap $HEED_IDEMPOTENCY_KEY $old $$" >> "$CHAOS_DIR/calls"; fi
+  pid=${old%% *}
+  if [ -n "$pid" ] && [ "$pid $(cut -d' ' -f22 /proc/$pid/stat 2>/dev/null)" = "$old" ]; then echo "overlap $HEED_IDEMPOTENCY_KEY $pid $$" >> "$CHAOS_DIR/calls"; fi
 fi
-echo $$ > "$lock/pid"
+echo "$me" > "$lock/pid"
 echo "start $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
 sleep 0.2
 # The side effect, idempotent by its key (as a tool that honours
@@ -581,6 +587,7 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 		t.Logf("heed replay at %s: %s", time.Now().Format("15:04:05.000"), strings.TrimSpace(string(replayOut)))
 		if time.Now().After(end) {
 			t.Errorf("the projections differ from a replay of the log:\n%s", replayOut)
+			t.Logf("the differing keys, live and rebuilt:\n%s", replayDiffs(t, url))
 			break
 		}
 		time.Sleep(time.Second)
@@ -589,6 +596,59 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 		t.Errorf("%d tool calls finished for %d completed runs of two tool steps", rep.toolEnds, rep.completed)
 	}
 	return rep
+}
+
+// replayDiffs runs heed replay --keep and shows, for a few keys of each
+// projection that differs, the live value and the rebuilt one: what a
+// difference is, not only where.
+func replayDiffs(t *testing.T, url string) string {
+	t.Helper()
+	out, _ := exec.Command(heedBin, "replay", "--keep", "--json", "--nats-url", url).Output()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	var b strings.Builder
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var r struct {
+			Bucket    string   `json:"bucket"`
+			Replayed  string   `json:"replayed_to"`
+			Missing   []string `json:"missing"`
+			Extra     []string `json:"extra"`
+			Different []string `json:"different"`
+		}
+		if dec.Decode(&r) != nil {
+			break
+		}
+		keys := append(append(append([]string{}, r.Different...), r.Missing...), r.Extra...)
+		for _, k := range keys[:min(len(keys), 5)] {
+			fmt.Fprintf(&b, "  %s %s\n    live:    %s\n    rebuilt: %s\n", r.Bucket, k, kvValue(js, r.Bucket, k), kvValue(js, r.Replayed, k))
+		}
+		if r.Replayed != "" {
+			_ = js.DeleteKeyValue(ctxFor(t, 10*time.Second), r.Replayed)
+		}
+	}
+	return b.String()
+}
+
+func kvValue(js jetstream.JetStream, bucket, key string) string {
+	if bucket == "" {
+		return "(no bucket)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return err.Error()
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("rev %d %s", e.Revision(), e.Value())
 }
 
 // runStatus reads a run's status from its own log: the last of its

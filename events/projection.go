@@ -338,7 +338,22 @@ const MaxAtomicBatch = 1000
 // bucket once the live projector has caught up with the same log position.
 // With ReplayApply it then makes the live bucket equal to the rebuild; with
 // ReplayKeep it writes the rebuild to <bucket>_replay.
+//
+// A replay that JetStream cannot serve for a moment (a cluster electing a
+// leader answers "no responders" or times out) starts again from the
+// beginning, for up to ClusterPatience: it is a read, and a rebuild half
+// read is thrown away.
 func Replay(ctx context.Context, bus *Bus, p Projection, topo Topology, opts ...ReplayOption) (*ReplayReport, error) {
+	var rep *ReplayReport
+	err := WhileUnavailable(ctx, func() error {
+		var err error
+		rep, err = replayOnce(ctx, bus, p, topo, opts...)
+		return err
+	})
+	return rep, err
+}
+
+func replayOnce(ctx context.Context, bus *Bus, p Projection, topo Topology, opts ...ReplayOption) (*ReplayReport, error) {
 	var o replayOpts
 	for _, opt := range opts {
 		opt.replayOption(&o)

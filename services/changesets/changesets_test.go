@@ -350,4 +350,19 @@ func TestKeepsProposingRejected(t *testing.T) {
 	if !prio.KeepsProposingRejected() || prio.LastReason != "not P1 (2)" || prio.Proposed != 3 || ttl.KeepsProposingRejected() || ttl.Confirmed != 3 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The log these sets wrote, through the projection with a crash
+	// before each write of each event and its redelivery after.
+	var log []*events.Event
+	_, err = events.ReadLog(context.Background(), r.bus.JetStream(), events.EventStream, []string{"heed.changeset.>"}, 0, func(m events.RawMsg) error {
+		ev, err := r.bus.Codec().DecodeStored(m)
+		if err != nil {
+			return err
+		}
+		log = append(log, ev)
+		return nil
+	})
+	if err != nil || len(log) < 9 {
+		t.Fatalf("the sets' log: %d events (%v)", len(log), err)
+	}
+	eventstest.CrashSafe(t, &changesets.Projection{}, log)
 }

@@ -40,10 +40,15 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 		return events.Poison(err)
 	}
 	st.Seq = 0 // the envelope holds the position; the value is the same in a replay
-	if err := s.Put(ctx, key, st); err != nil {
+	// The agent's history and counts first, the set last: a redelivery
+	// after a crash between them finds the set as it was, sees the same
+	// change again and makes both writes (history and counts skip what
+	// they have). The set first, the redelivery would see no change and
+	// the history and counts never have it.
+	if err := p.agent(ctx, s, st, before, t); err != nil {
 		return err
 	}
-	if err := p.agent(ctx, s, st, before, t); err != nil {
+	if err := s.Put(ctx, key, st); err != nil {
 		return err
 	}
 	if p.OnSet != nil {

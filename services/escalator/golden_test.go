@@ -223,3 +223,19 @@ func replayGolden(t *testing.T, path string) []*events.Event {
 	}
 	return log
 }
+
+// TestProjectionCrashSafe: each golden history through the escalations
+// projection, with a crash before each write of each event and its
+// redelivery after (see eventstest.CrashSafe).
+func TestProjectionCrashSafe(t *testing.T) {
+	files, err := filepath.Glob("testdata/golden/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			eventstest.CrashSafe(t, &Projection{}, replayGolden(t, f))
+		})
+	}
+}

@@ -91,10 +91,15 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	default:
 		return nil
 	}
-	if err := s.Put(ctx, key, e); err != nil {
+	// The session's list first, the summary last: a redelivery after a
+	// crash between the two finds the summary as it was and makes both
+	// writes again (the list skips what it has). The other way round, the
+	// redelivery would find the request decided already, leave the list
+	// alone and keep the session holding a request that is over.
+	if err := p.session(ctx, s, e, wasHeld); err != nil {
 		return err
 	}
-	if err := p.session(ctx, s, e, wasHeld); err != nil {
+	if err := s.Put(ctx, key, e); err != nil {
 		return err
 	}
 	if p.OnSummary != nil {

@@ -128,10 +128,11 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			dec.Denied++
 		}
 		score(&dec)
+		// The request's key is closed last: a redelivery after a crash
+		// between these writes finds it open and makes the rest again
+		// (each key skips an event it already has). Closed first, the
+		// redelivery would stop at it and the run's outcome never count.
 		if err := s.Put(ctx, key, dec); err != nil {
-			return err
-		}
-		if err := s.Put(ctx, "req."+ev.Subject(), pendingRequest{Closed: true}); err != nil {
 			return err
 		}
 		if approved && p.RunID != "" {
@@ -140,8 +141,11 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 				return err
 			}
 			rd.Keys = append(rd.Keys, key)
-			return s.Put(ctx, "run."+p.RunID, rd)
+			if err := s.Put(ctx, "run."+p.RunID, rd); err != nil {
+				return err
+			}
 		}
+		return s.Put(ctx, "req."+ev.Subject(), pendingRequest{Closed: true})
 	case events.RunCompleted, events.RunFailed:
 		var rd runDecisions
 		ok, err := s.Get(ctx, "run."+ev.Subject(), &rd)

@@ -283,3 +283,21 @@ func lineDiff(want, got string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestProjectionsCrashSafe: every golden log through every projection,
+// with a crash before each write of each event and its redelivery after:
+// the buckets end as a clean pass (and a replay) leaves them.
+func TestProjectionsCrashSafe(t *testing.T) {
+	files, err := filepath.Glob("testdata/golden/*.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		log := readGolden(t, f)
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".jsonl"), func(t *testing.T) {
+			for _, p := range goldenProjections() {
+				eventstest.CrashSafe(t, p, log)
+			}
+		})
+	}
+}
