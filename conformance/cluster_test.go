@@ -243,10 +243,10 @@ max_payload: 1MB
 		}
 		if t.Failed() {
 			for _, n := range c.nodes {
-				t.Logf("---- node %s ----\n%s", n.name, lastLines(n.out.String(), 30))
+				t.Logf("---- node %s ----\n%s", n.name, lastLines(n.out.String(), 12))
 			}
 			for _, name := range c.order {
-				t.Logf("---- %s ----\n%s", name, lastLines(c.services[name].out.String(), 30))
+				t.Logf("---- %s ----\n%s", name, lastLines(c.services[name].out.String(), 20))
 			}
 		}
 	})

@@ -59,7 +59,7 @@ func TestChangesReviewAtTheTerminal(t *testing.T) {
 
 	p := s.newPane(t, "changes")
 	p.typeLine(fmt.Sprintf("'%s' --nats-url %s changes; echo EXIT=$?", heedBin, h.url))
-	sc := p.waitScreen("the change set's card", 30*time.Second, func(sc string) bool { return strings.Contains(sc, "1-9,0 item · c confirm") })
+	sc := p.waitScreen("the change set's card", 60*time.Second, func(sc string) bool { return strings.Contains(sc, "1-9,0 item · c confirm") })
 	for _, want := range []string{"suggests 7 changes for skill:groom_task", id + " · pending", `▶ 1) Set title to "Fix login bug"`, "2) Set estimate to 120 min",
 		"┄┄ Checklist items (5) ┄┄", `7) Add checklist item: "Run smoke tests"`, "title: login → Fix login bug"} {
 		if !strings.Contains(sc, want) {
@@ -68,30 +68,30 @@ func TestChangesReviewAtTheTerminal(t *testing.T) {
 	}
 	// c confirms the item under the cursor; the runner applies it.
 	p.press("c")
-	p.waitScreen("item 1 confirmed and applied", 20*time.Second, func(sc string) bool {
+	p.waitScreen("item 1 confirmed and applied", 60*time.Second, func(sc string) bool {
 		return strings.Contains(sc, `1) Set title to "Fix login bug"                 ✓ confirmed by user:tmux-tester via terminal · applied`)
 	})
 	// 7 moves to the last item, r asks a reason.
 	p.press("7", "r")
-	p.waitScreen("the reason prompt", 10*time.Second, func(sc string) bool { return strings.Contains(sc, "reason (Enter to send, Esc to cancel):") })
+	p.waitScreen("the reason prompt", 60*time.Second, func(sc string) bool { return strings.Contains(sc, "reason (Enter to send, Esc to cancel):") })
 	p.typeLine("smoke tests run in CI")
-	p.waitScreen("item 7 rejected", 10*time.Second, func(sc string) bool {
+	p.waitScreen("item 7 rejected", 60*time.Second, func(sc string) bool {
 		return strings.Contains(sc, `✗ rejected by user:tmux-tester via terminal ("smoke tests run in CI")`)
 	})
 	// A decision from another channel shows at once.
 	cli("changes", "confirm", id, "3", "--as", "user:bob")
-	p.waitScreen("bob's decision, made elsewhere", 10*time.Second, func(sc string) bool { return strings.Contains(sc, "✓ confirmed by user:bob via cli") })
+	p.waitScreen("bob's decision, made elsewhere", 60*time.Second, func(sc string) bool { return strings.Contains(sc, "✓ confirmed by user:bob via cli") })
 	// 2, d defers the estimate; a confirms every item left.
 	p.press("2", "d")
-	p.waitScreen("item 2 deferred", 10*time.Second, func(sc string) bool { return strings.Contains(sc, "⏸ deferred by user:tmux-tester via terminal") })
+	p.waitScreen("item 2 deferred", 60*time.Second, func(sc string) bool { return strings.Contains(sc, "⏸ deferred by user:tmux-tester via terminal") })
 	p.press("a")
 	// The card is redrawn in place: the last frame is what counts.
-	p.waitScreen("the set resolved and every confirmed item applied", 30*time.Second, func(sc string) bool {
+	p.waitScreen("the set resolved and every confirmed item applied", 60*time.Second, func(sc string) bool {
 		frame := sc[strings.LastIndex(sc, "✨"):]
 		return strings.Contains(frame, id+" · resolved") && strings.Count(frame, "· applied") == 5
 	})
 	p.press("q")
-	sc = p.waitScreen("the exit status", 10*time.Second, func(sc string) bool { return exitRE.MatchString(sc) })
+	sc = p.waitScreen("the exit status", 60*time.Second, func(sc string) bool { return exitRE.MatchString(sc) })
 	if m := exitRE.FindStringSubmatch(sc); m[1] != "0" {
 		t.Errorf("heed changes exited %s:\n%s", m[1], sc)
 	}

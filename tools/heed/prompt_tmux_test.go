@@ -126,7 +126,7 @@ func (p *pane) waitScreen(what string, timeout time.Duration, ok func(string) bo
 			return sc
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("the terminal does not show %s after %s; it shows:\n%s", what, timeout, sc)
+			p.t.Fatalf("the terminal does not show %s after %s; it shows:\n%s\n(end of the screen: it does not show %s)", what, timeout, strings.TrimRight(sc, " \n"), what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
