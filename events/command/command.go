@@ -12,6 +12,7 @@
 package command
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -23,6 +24,7 @@ const (
 	RunContinue    = events.CommandPrefix + ".run.continue"
 	RunRetry       = events.CommandPrefix + ".run.retry"
 	RunCancel      = events.CommandPrefix + ".run.cancel"
+	RunGet         = events.CommandPrefix + ".run.get"
 	ConfirmRequest = events.CommandPrefix + ".confirm.request"
 	ConfirmAnswer  = events.CommandPrefix + ".confirm.answer"
 	FixLearn       = events.CommandPrefix + ".fix.learn"
@@ -32,12 +34,12 @@ const (
 	EscalationStatus  = events.CommandPrefix + ".escalation.status"
 	EscalationHeld    = events.CommandPrefix + ".escalation.held"
 	EscalationOutcome = events.CommandPrefix + ".escalation.outcome"
-	allCommandsHelp   = "heed.cmd.run.{start,continue,retry,cancel}, heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}, heed.cmd.escalation.{request,status,held,outcome}, heed.cmd.changeset.{propose,decide,status,list,history}"
+	allCommandsHelp   = "heed.cmd.run.{start,continue,retry,cancel,get} (also as heed.cmd.as.<agent>.run.*), heed.cmd.confirm.{request,answer}, heed.cmd.fix.{learn,forget}, heed.cmd.escalation.{request,status,held,outcome}, heed.cmd.changeset.{propose,decide,status,list,history}"
 )
 
 // Subjects lists every command subject.
 func Subjects() []string {
-	return []string{RunStart, RunContinue, RunRetry, RunCancel, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget,
+	return []string{RunStart, RunContinue, RunRetry, RunCancel, RunGet, ConfirmRequest, ConfirmAnswer, FixLearn, FixForget,
 		EscalationRequest, EscalationStatus, EscalationHeld, EscalationOutcome,
 		ChangeSetPropose, ChangeSetDecide, ChangeSetStatus, ChangeSetList, ChangeSetHistory}
 }
@@ -84,6 +86,37 @@ type CancelRun struct {
 	RunID  string `json:"run_id"`
 	Reason string `json:"reason,omitempty"`
 	By     string `json:"by,omitempty"`
+}
+
+// GetRun reads a run's events (heed.cmd.run.get): those after log
+// sequence After (0: from its request on), waiting up to WaitMS (at most
+// MaxRunWait) for one to come when there is none yet, so that a caller
+// can follow a run with one request at a time and no access to the log.
+type GetRun struct {
+	RunID  string `json:"run_id"`
+	After  uint64 `json:"after,omitempty"`
+	WaitMS int    `json:"wait_ms,omitempty"`
+}
+
+// MaxRunWait bounds GetRun's wait.
+const MaxRunWait = 10 * time.Second
+
+// RunEvents is the reply of heed.cmd.run.get: the run's status and agent,
+// and its events after the request's sequence in log order, each a
+// CloudEvent in JSON format with its sequence. LastSeq is where the next
+// request goes on from (After).
+type RunEvents struct {
+	RunID   string      `json:"run_id"`
+	Status  string      `json:"status"`
+	Agent   string      `json:"agent,omitempty"`
+	LastSeq uint64      `json:"last_seq"`
+	Events  []StoredRaw `json:"events"`
+}
+
+// StoredRaw is one stored event: its log sequence and the CloudEvent.
+type StoredRaw struct {
+	Seq   uint64          `json:"seq"`
+	Event json.RawMessage `json:"event"`
 }
 
 // RunReply is the reply of every run command.

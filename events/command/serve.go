@@ -30,6 +30,31 @@ const MaxConcurrent = 256
 // cancels what it has in hand). Requests are handled concurrently, up to
 // MaxConcurrent; past that a request is answered at once with code busy.
 func Handler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
+	return serve(ctx, subject, timeout, func(ctx context.Context, r micro.Request) (any, error) {
+		return handle(ctx, v, subject, r.Data(), f)
+	})
+}
+
+// AgentFunc is a typed handler of a command on an agent's own path: agent
+// is the path's agent (see AgentPrefix).
+type AgentFunc[Req any] func(ctx context.Context, agent string, req *Req) (any, error)
+
+// AgentHandler is Handler for the command subject on every agent's path
+// (heed.cmd.as.*.<command>): the request is checked against subject's
+// schema, and f gets the agent the request came on.
+func AgentHandler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f AgentFunc[Req]) micro.Handler {
+	return serve(ctx, subject, timeout, func(ctx context.Context, r micro.Request) (any, error) {
+		agent, base, ok := AgentOf(r.Subject())
+		if !ok || base != subject {
+			return nil, events.Errorf(events.CodeInvalidRequest, "%s is not %s on an agent's path (%s.<agent>%s; an agent is one subject token)", r.Subject(), subject, AgentPrefix, strings.TrimPrefix(subject, events.CommandPrefix))
+		}
+		return handle(ctx, v, subject, r.Data(), func(ctx context.Context, req *Req) (any, error) { return f(ctx, agent, req) })
+	})
+}
+
+// serve runs h for each request, concurrently up to MaxConcurrent, each
+// within timeout, and sends its reply or error reply.
+func serve(ctx context.Context, subject string, timeout time.Duration, h func(ctx context.Context, r micro.Request) (any, error)) micro.Handler {
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
 		select {
@@ -42,7 +67,7 @@ func Handler[Req any](ctx context.Context, v *events.Validator, subject string, 
 			defer func() { <-slots }()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			out, err := handle(ctx, v, subject, r.Data(), f)
+			out, err := h(ctx, r)
 			if err != nil {
 				// Not r.Error: it records the error on the request, which
 				// micro reads as soon as the handler has returned, while

@@ -46,12 +46,13 @@ func (c *commands) register(ctx context.Context, svc micro.Service) error {
 		"continue": command.Handler(ctx, v, command.RunContinue, commandTimeout, retrying(c.continueRun)),
 		"retry":    command.Handler(ctx, v, command.RunRetry, commandTimeout, retrying(c.retry)),
 		"cancel":   command.Handler(ctx, v, command.RunCancel, commandTimeout, retrying(c.cancel)),
+		"get":      command.Handler(ctx, v, command.RunGet, commandTimeout, c.get),
 	} {
 		if err := g.AddEndpoint(name, h); err != nil {
 			return err
 		}
 	}
-	return nil
+	return c.registerAgentPath(ctx, svc)
 }
 
 // retrying re-runs a command that lost an optimistic-concurrency race
@@ -68,6 +69,13 @@ func retrying[Req any](h command.Func[Req]) command.Func[Req] {
 }
 
 func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error) {
+	return c.startRun(ctx, req, "")
+}
+
+// startRun starts a run; scope, when set, is the agent whose path the
+// request came on: its request ids are its own (another agent's request
+// with the same id starts another run).
+func (c *commands) startRun(ctx context.Context, req *command.StartRun, scope string) (any, error) {
 	if strings.TrimSpace(req.Skill.Source) == "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill.source is empty")
 	}
@@ -95,7 +103,7 @@ func (c *commands) start(ctx context.Context, req *command.StartRun) (any, error
 	if err != nil {
 		return nil, events.Errorf(events.CodeInvalidRequest, "skill %s: %v", sk.Name, err)
 	}
-	id := newRunID(req.RequestID)
+	id := newRunID(scope, req.RequestID)
 	by := req.RequestedBy
 	if by == "" {
 		by = "unknown"
@@ -141,11 +149,15 @@ func toolsFile(reg *tool.Registry) string {
 
 // newRunID is a time-ordered id; with a request id it is derived from it so
 // that a retried start request maps to the same run.
-func newRunID(requestID string) string {
+func newRunID(scope, requestID string) string {
 	if requestID == "" {
 		return strings.ToLower(ulid.Make().String())
 	}
-	sum := sha256.Sum256([]byte("heed-run:" + requestID))
+	key := "heed-run:" + requestID
+	if scope != "" {
+		key = "heed-run:" + scope + ":" + requestID
+	}
+	sum := sha256.Sum256([]byte(key))
 	return "r" + hex.EncodeToString(sum[:12])
 }
 

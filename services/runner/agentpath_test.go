@@ -1,0 +1,155 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/runstate"
+	"github.com/heedhq/heed/services/runner"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// TestAgentPath: the run commands on an agent's own path, called with
+// plain NATS requests as any client would. A run started on
+// heed.cmd.as.alice.run.start belongs to alice: she follows it with
+// heed.cmd.as.alice.run.get (a long poll that wakes when an event comes)
+// and continues it; bob, on his own path, is refused every command on it
+// with code forbidden — the same refusal as for a run that does not exist.
+// Request ids are each agent's own.
+func TestAgentPath(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	const skill = `name: ask_then_work
+steps:
+  - name: approve
+    confirm:
+      message: "Go ahead?"
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+  - name: work
+    tool: sleeper
+    args: {duration: 50ms, pidfile: ""}
+`
+	call := func(agent, subject string, req any) (json.RawMessage, string) {
+		t.Helper()
+		body, _ := json.Marshal(req)
+		m := h.request(command.AsAgent(agent, subject), body)
+		return m.Data, m.Header.Get(micro.ErrorCodeHeader)
+	}
+	start := func(agent, requestID string) command.RunReply {
+		t.Helper()
+		req := command.StartRun{RequestID: requestID}
+		req.Skill.Source = skill
+		out, code := call(agent, command.RunStart, req)
+		var reply command.RunReply
+		if code != "" || json.Unmarshal(out, &reply) != nil || reply.Status != runstate.StatusRequested {
+			t.Fatalf("%s starts: %s %s", agent, code, out)
+		}
+		return reply
+	}
+	get := func(agent string, req command.GetRun) command.RunEvents {
+		t.Helper()
+		out, code := call(agent, command.RunGet, req)
+		var reply command.RunEvents
+		if code != "" || json.Unmarshal(out, &reply) != nil {
+			t.Fatalf("%s reads %s: %s %s", agent, req.RunID, code, out)
+		}
+		return reply
+	}
+
+	id := start("alice", "job-1").RunID
+	if again := start("alice", "job-1").RunID; again != id {
+		t.Fatalf("alice's retried start made another run: %s, then %s", id, again)
+	}
+	if bobs := start("bob", "job-1").RunID; bobs == id {
+		t.Fatalf("bob's request id job-1 mapped to alice's run %s", id)
+	}
+
+	// alice follows her run until it pauses, one long poll at a time.
+	var seen []string
+	var after uint64
+	for !strings.HasSuffix(strings.Join(seen, " "), "heed.run.paused") {
+		began := time.Now()
+		r := get("alice", command.GetRun{RunID: id, After: after, WaitMS: 5000})
+		if r.Agent != "alice" || r.RunID != id {
+			t.Fatalf("reply %+v", r)
+		}
+		if len(r.Events) == 0 {
+			t.Fatalf("a long poll came back empty after %s with the run %s", time.Since(began), r.Status)
+		}
+		for _, e := range r.Events {
+			var ev events.Event
+			if err := json.Unmarshal(e.Event, &ev); err != nil || e.Seq <= after {
+				t.Fatalf("event %s at %d (after %d): %v", e.Event, e.Seq, after, err)
+			}
+			seen = append(seen, ev.Type())
+		}
+		after = r.LastSeq
+	}
+	// Nothing new: the poll waits its time out and comes back empty.
+	began := time.Now()
+	if r := get("alice", command.GetRun{RunID: id, After: after, WaitMS: 300}); len(r.Events) != 0 || r.Status != runstate.StatusPaused || time.Since(began) < 250*time.Millisecond {
+		t.Fatalf("an idle poll: %+v after %s", r, time.Since(began))
+	}
+
+	// bob may do nothing with it; a run that does not exist is refused
+	// the same way.
+	for _, c := range []struct {
+		subject string
+		req     any
+	}{
+		{command.RunGet, command.GetRun{RunID: id}},
+		{command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed"}},
+		{command.RunCancel, command.CancelRun{RunID: id}},
+		{command.RunRetry, command.RetryStep{RunID: id, Step: "work"}},
+		{command.RunGet, command.GetRun{RunID: "no-such-run"}},
+	} {
+		out, code := call("bob", c.subject, c.req)
+		if code != string(events.CodeForbidden) || !strings.Contains(string(out), "is not one of agent bob's runs") {
+			t.Errorf("bob's %s: %s %s, want forbidden", c.subject, code, out)
+		}
+	}
+	// On her own path, alice cannot start a run for someone else.
+	req := command.StartRun{Agent: "bob"}
+	req.Skill.Source = skill
+	if out, code := call("alice", command.RunStart, req); code != string(events.CodeForbidden) {
+		t.Errorf("alice starting a run of bob's: %s %s", code, out)
+	}
+
+	// alice continues her run; it completes, and her poll sees the end.
+	if out, code := call("alice", command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed"}); code != "" {
+		t.Fatalf("alice continues: %s %s", code, out)
+	}
+	for {
+		r := get("alice", command.GetRun{RunID: id, After: after, WaitMS: 5000})
+		after = r.LastSeq
+		if runstate.Terminal(r.Status) {
+			if r.Status != runstate.StatusCompleted {
+				t.Fatalf("alice's run ended %s", r.Status)
+			}
+			break
+		}
+	}
+	// The plain command reads any run (for the roles that may call it).
+	if r := h.getRun(command.GetRun{RunID: id}); r.Agent != "alice" || r.Status != runstate.StatusCompleted || len(r.Events) < 8 {
+		t.Fatalf("heed.cmd.run.get: %+v", r)
+	}
+}
+
+func (h *harness) getRun(req command.GetRun) command.RunEvents {
+	h.t.Helper()
+	body, _ := json.Marshal(req)
+	m := h.request(command.RunGet, body)
+	var r command.RunEvents
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" || json.Unmarshal(m.Data, &r) != nil {
+		h.t.Fatalf("heed.cmd.run.get: %s %s", code, m.Data)
+	}
+	return r
+}
