@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,12 +40,15 @@ type Client struct {
 	present map[string]*presence // identity → its presence (Present)
 
 	denied *denials // calls to fail when the server refuses their subject
+
+	agent string // Agent: the run commands go on this agent's own path
 }
 
 // Option configures a Client.
 type Option interface{ apply(*options) }
 
 type options struct {
+	agent    string
 	name     string
 	source   string
 	timeout  time.Duration
@@ -68,6 +72,16 @@ func (s Source) apply(o *options) { o.source = string(s) }
 type Timeout time.Duration
 
 func (t Timeout) apply(o *options) { o.timeout = time.Duration(t) }
+
+// Agent makes the client act as the named agent on a deployment that keeps
+// agents to their own runs (heed deploy permissions --isolate-agents): the
+// run commands go on the agent's own path (heed.cmd.as.<agent>.run.*),
+// runs are followed with heed.cmd.run.get instead of reading the log, and
+// replies come to the agent's own inboxes (_INBOX.<agent>.>). Reads of the
+// log and the read models are not the agent's to make there.
+type Agent string
+
+func (a Agent) apply(o *options) { o.agent = string(a) }
 
 // NATSOptions are passed to nats.Connect (credentials, TLS).
 type NATSOptions []nats.Option
@@ -93,7 +107,13 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		no.AsyncErrorCB = d.errorHandler(no.AsyncErrorCB)
 		return nil
 	}
+	if o.agent != "" && !events.ValidID(o.agent) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "agent %q: an agent's name is one subject token (letters, digits, - and _)", o.agent)
+	}
 	natsOpts := append([]nats.Option{nats.Name(o.name), nats.Timeout(3 * time.Second)}, o.natsOpts...)
+	if o.agent != "" {
+		natsOpts = append(natsOpts, nats.CustomInboxPrefix(command.AgentInboxPrefix(o.agent)))
+	}
 	nc, err := nats.Connect(url, append(natsOpts, watchDenials)...)
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("cannot reach NATS at %s (is `heed up` running? set --nats-url or HEED_NATS_URL): %v", url, err), Err: err}
@@ -105,7 +125,19 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	c.owned = true
 	c.denied = d
-	if _, err := c.bus.JetStream().Stream(ctx, events.EventStream); err != nil {
+	if o.agent != "" {
+		return c, nil // the log is not the agent's to read: nothing to check there
+	}
+	// A JetStream API with another prefix is not watched: the check then
+	// times out as before.
+	sctx, stop := d.watch(ctx, "$JS.API.STREAM.INFO."+events.EventStream)
+	_, err = c.bus.JetStream().Stream(sctx, events.EventStream)
+	stop()
+	if denied := deniedCause(sctx); err != nil && denied != nil {
+		nc.Close()
+		return nil, &events.Error{Code: events.CodeForbidden, Message: "this identity may not read heed's log (the NATS server refused $JS.API.STREAM.INFO." + events.EventStream + "); an agent kept to its own runs connects as that agent: --as-agent NAME, $HEED_AGENT (client.Agent)", Err: denied}
+	}
+	if err != nil {
 		nc.Close()
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`): %v", url, err), Err: err}
 	}
@@ -127,7 +159,7 @@ func newClient(nc *nats.Conn, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{skills: skill.NewCache(), nc: nc, bus: bus, source: o.source, timeout: o.timeout}, nil
+	return &Client{skills: skill.NewCache(), nc: nc, bus: bus, source: o.source, timeout: o.timeout, agent: o.agent}, nil
 }
 
 // Close drains the connection if the client dialled it.

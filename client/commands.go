@@ -29,29 +29,44 @@ func call[Reply any](ctx context.Context, c *Client, subject string, req any) (R
 	return out, err
 }
 
+// runCommand is a run command's subject: on the client's agent's own path
+// when it has one (Agent).
+func (c *Client) runCommand(subject string) string {
+	if c.agent == "" {
+		return subject
+	}
+	return command.AsAgent(c.agent, subject)
+}
+
+// GetRun reads a run's events after a sequence, waiting up to req.WaitMS
+// for one (heed.cmd.run.get; on the agent's path with Agent).
+func (c *Client) GetRun(ctx context.Context, req command.GetRun) (command.RunEvents, error) {
+	return call[command.RunEvents](ctx, c, c.runCommand(command.RunGet), req)
+}
+
 // StartRun starts a run of a skill (heed.cmd.run.start). The skill is
 // validated first; a bad skill or input is an error with code
 // invalid_request and every problem in the message.
 func (c *Client) StartRun(ctx context.Context, req command.StartRun) (command.RunReply, error) {
-	return call[command.RunReply](ctx, c, command.RunStart, req)
+	return call[command.RunReply](ctx, c, c.runCommand(command.RunStart), req)
 }
 
 // Continue answers a paused run's confirmation as its agent (method
 // agent), or lets a run awaiting its agent apply on_error
 // (heed.cmd.run.continue).
 func (c *Client) Continue(ctx context.Context, req command.ContinueRun) (command.RunReply, error) {
-	return call[command.RunReply](ctx, c, command.RunContinue, req)
+	return call[command.RunReply](ctx, c, c.runCommand(command.RunContinue), req)
 }
 
 // Retry starts the next attempt of a failed step with corrected args
 // (heed.cmd.run.retry). If it succeeds, heed learns the correction.
 func (c *Client) Retry(ctx context.Context, req command.RetryStep) (command.RunReply, error) {
-	return call[command.RunReply](ctx, c, command.RunRetry, req)
+	return call[command.RunReply](ctx, c, c.runCommand(command.RunRetry), req)
 }
 
 // Cancel cancels a run (heed.cmd.run.cancel).
 func (c *Client) Cancel(ctx context.Context, req command.CancelRun) (command.RunReply, error) {
-	return call[command.RunReply](ctx, c, command.RunCancel, req)
+	return call[command.RunReply](ctx, c, c.runCommand(command.RunCancel), req)
 }
 
 // RequestConfirmation asks a question directly (heed.cmd.confirm.request);

@@ -148,7 +148,7 @@ func (c *Client) FollowRun(ctx context.Context, runID string, fn func(ev *events
 	if !events.ValidID(runID) {
 		return events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
 	}
-	return c.followHistory(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
+	return c.followRun(ctx, runID, func(_, later uint64, ev *events.Event) (bool, error) {
 		done, err := fn(ev)
 		if err != nil || done {
 			return done, err
@@ -183,7 +183,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (Outcome, error) {
 	if !events.ValidID(runID) {
 		return out, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", runID)
 	}
-	err := c.followHistory(ctx, events.SubjectFilter("run", runID), 0, func(_, later uint64, ev *events.Event) (bool, error) {
+	err := c.followRun(ctx, runID, func(_, later uint64, ev *events.Event) (bool, error) {
 		var err error
 		switch events.Type(ev.Type()) {
 		case events.RunCompleted:
@@ -356,4 +356,38 @@ func ChangeSetSettled(st *command.ChangeSetState) bool {
 		return len(changeset.ToApply(st)) == 0
 	}
 	return st.Status == events.SetResolved && len(changeset.ToApply(st)) == 0
+}
+
+// followRun is followHistory of a run's subjects; for a client acting as
+// an agent (Agent), the same through heed.cmd.run.get, one long poll at a
+// time (later: the events after this one in the same reply).
+func (c *Client) followRun(ctx context.Context, runID string, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
+	if c.agent == "" {
+		return c.followHistory(ctx, events.SubjectFilter("run", runID), 0, fn)
+	}
+	var after uint64
+	for {
+		wait := command.MaxRunWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)-500*time.Millisecond)
+		}
+		r, err := c.GetRun(ctx, command.GetRun{RunID: runID, After: after, WaitMS: int(max(wait, 0) / time.Millisecond)})
+		if err != nil {
+			return err
+		}
+		for i, s := range r.Events {
+			var ev events.Event
+			if err := json.Unmarshal(s.Event, &ev); err != nil {
+				return events.Errorf(events.CodeInternal, "run %s: event at %d is not a CloudEvent: %v", runID, s.Seq, err)
+			}
+			done, err := fn(s.Seq, uint64(len(r.Events)-1-i), &ev)
+			if err != nil || done {
+				return err
+			}
+		}
+		after = max(after, r.LastSeq)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

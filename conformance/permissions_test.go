@@ -149,22 +149,22 @@ func (c *roleConn) refused(t *testing.T, what, subject string, body any) {
 	c.waitDenied(t, what, subject)
 }
 
-func connectAs(t *testing.T, url string, pki *testPKI, seed string) *roleConn {
+func connectAs(t *testing.T, url string, pki *testPKI, seed string, opts ...nats.Option) *roleConn {
 	t.Helper()
 	rc := &roleConn{}
 	nkey, err := nats.NkeyOptionFromSeed(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, nats.Name("conformance-"+strings.TrimSuffix(filepath.Base(seed), ".nk")), nkey,
-		nats.RootCAs(pki.ca), nats.ClientCert(pki.clientCert, pki.clientKey), nats.Timeout(5*time.Second),
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("conformance-" + strings.TrimSuffix(filepath.Base(seed), ".nk")), nkey,
+		nats.RootCAs(pki.ca), nats.ClientCert(pki.clientCert, pki.clientKey), nats.Timeout(5 * time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				rc.mu.Lock()
 				rc.denied = append(rc.denied, err.Error())
 				rc.mu.Unlock()
 			}
-		}))
+		})}, opts...)...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", seed, err)
 	}
@@ -281,29 +281,7 @@ func TestPermissionsAndTLS(t *testing.T) {
 		t.Errorf("no user: %v, want an authorization violation", err)
 	}
 
-	// heed runs as the service role.
-	h := &heed{t: t, url: url, done: make(chan struct{})}
-	h.cmd = exec.Command(heedBin, "up", "--nats-url", url, "--tools", filepath.Join(repoRoot, "skills", "tools.yaml"),
-		"--nats-nkey", filepath.Join(secrets, "services.nk"), "--nats-ca", pki.ca, "--nats-cert", pki.clientCert, "--nats-key", pki.clientKey)
-	h.cmd.Dir = repoRoot
-	h.cmd.Env = childEnv(t.TempDir())
-	h.cmd.Stdout, h.cmd.Stderr = &h.stdout, &h.stderr
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.cmd.Wait(); close(h.done) }()
-	t.Cleanup(h.stop)
-	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case <-h.done:
-			t.Fatalf("heed up exited (%v):\n%s", h.cmd.ProcessState, h.stderr.String())
-		default:
-		}
-		if !strings.Contains(h.stdout.String(), "heed: ready") {
-			return errors.New("not ready")
-		}
-		return nil
-	})
+	h := startHeedAs(t, pki, url, filepath.Join(secrets, "services.nk"))
 
 	agent := connectAs(t, url, pki, filepath.Join(secrets, "agent.nk"))
 	bridge := connectAs(t, url, pki, filepath.Join(secrets, "slack.nk"))
@@ -396,6 +374,35 @@ func TestPermissionsAndTLS(t *testing.T) {
 	if strings.Contains(h.stderr.String(), "Permissions Violation") {
 		t.Errorf("heed's services met a permissions violation with the service role:\n%s", h.stderr.String())
 	}
+}
+
+// startHeedAs runs heed up against the secured server with the seed of a
+// service user.
+func startHeedAs(t *testing.T, pki *testPKI, url, seed string) *heed {
+	t.Helper()
+	h := &heed{t: t, url: url, done: make(chan struct{})}
+	h.cmd = exec.Command(heedBin, "up", "--nats-url", url, "--tools", filepath.Join(repoRoot, "skills", "tools.yaml"),
+		"--nats-nkey", seed, "--nats-ca", pki.ca, "--nats-cert", pki.clientCert, "--nats-key", pki.clientKey)
+	h.cmd.Dir = repoRoot
+	h.cmd.Env = childEnv(t.TempDir())
+	h.cmd.Stdout, h.cmd.Stderr = &h.stdout, &h.stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.cmd.Wait(); close(h.done) }()
+	t.Cleanup(h.stop)
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case <-h.done:
+			t.Fatalf("heed up exited (%v):\n%s", h.cmd.ProcessState, h.stderr.String())
+		default:
+		}
+		if !strings.Contains(h.stdout.String(), "heed: ready") {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	return h
 }
 
 // lastMsg reads the last message on subject (direct get).

@@ -36,3 +36,8 @@ func AgentOf(subject string) (agent, base string, ok bool) {
 	}
 	return agent, events.CommandPrefix + "." + rest, true
 }
+
+// AgentInboxPrefix is the prefix of an agent's reply subjects on a
+// deployment that isolates agents: its replies (run events among them)
+// come to _INBOX.<agent>.>, which no other agent may subscribe to.
+func AgentInboxPrefix(agent string) string { return "_INBOX." + agent }

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 )
 
@@ -180,6 +181,33 @@ type User struct {
 	Role     string
 	NKey     string
 	Password string
+	// Isolated keeps an agent to its own runs (IsolatedAgent).
+	Isolated bool
+}
+
+// IsolatedAgent is the agent role for a deployment whose agents may not
+// read (or steer) each other's runs. Run subjects do not name their agent,
+// so the agent reads nothing from the log itself: it starts, follows
+// (heed.cmd.run.get, a long poll) and steers its runs through the run
+// commands on its own path, heed.cmd.as.<name>.run.*, where the runner
+// takes the subject's name for the caller and refuses other agents' runs.
+// Its replies come to its own inboxes (_INBOX.<name>.>; heed's client sets
+// that prefix with client.Agent), so no other agent sees them. What it
+// gives up against the agent role: reading the log and the read models,
+// the read-only commands (escalation and change set status, lists and
+// history), driving runs by writing their events, and serving tools.
+// It keeps asking for confirmations and escalations, reporting their
+// outcomes, proposing change sets and teaching fixes.
+func IsolatedAgent(name string) Role {
+	return Role{
+		Name: RoleAgent,
+		Doc:  "an agent kept to its own runs: run commands on heed.cmd.as." + name + ".run.* only, no reads of the log",
+		Publish: Permissions{
+			Allow: join([]string{command.AsAgent(name, events.CommandPrefix+".run.>"), "heed.cmd.confirm.request", "heed.cmd.fix.learn",
+				"heed.cmd.escalation.request", "heed.cmd.escalation.outcome", "heed.cmd.changeset.propose"}, health),
+		},
+		Subscribe: Permissions{Allow: []string{command.AgentInboxPrefix(name) + ".>"}},
+	}
 }
 
 // ServerConfig is the nats-server configuration fragment that gives each
@@ -197,6 +225,15 @@ func ServerConfig(users []User) (string, error) {
 		}
 		if (u.NKey == "") == (u.Password == "") {
 			return "", fmt.Errorf("user %s: give an nkey or a password, one of them", u.Name)
+		}
+		if u.Isolated {
+			if u.Role != RoleAgent {
+				return "", fmt.Errorf("user %s: only an agent is isolated (its role is %s)", u.Name, u.Role)
+			}
+			if !events.ValidID(u.Name) {
+				return "", fmt.Errorf("user %s: an isolated agent's name is one subject token: letters, digits, - and _, starting with a letter or digit", u.Name)
+			}
+			continue // its permissions are its own, written with it
 		}
 		used[u.Role] = true
 	}
@@ -218,6 +255,16 @@ func ServerConfig(users []User) (string, error) {
 	sort.SliceStable(sorted, func(i, j int) bool { return roleIndex(sorted[i].Role) < roleIndex(sorted[j].Role) })
 	for _, u := range sorted {
 		role := "$HEED_ROLE_" + strings.ToUpper(u.Role)
+		if u.Isolated {
+			var p strings.Builder
+			p.WriteString("{\n")
+			ia := IsolatedAgent(u.Name)
+			writePerm(&p, "publish", ia.Publish)
+			writePerm(&p, "subscribe", ia.Subscribe)
+			p.WriteString("    }")
+			role = strings.ReplaceAll(p.String(), "\n  ", "\n      ")
+			u.Role += ", isolated: its own runs only"
+		}
 		if u.NKey != "" {
 			fmt.Fprintf(&b, "    # %s (%s)\n    { nkey: %s, permissions: %s }\n", u.Name, u.Role, u.NKey, role)
 		} else {

@@ -177,4 +177,3 @@ func (c *commands) runEvents(ctx context.Context, id string, after uint64) (comm
 	}
 	return out, r, nil
 }
-

@@ -16,7 +16,11 @@ func (g *globals) connect(ctx context.Context, opts ...heedclient.Option) (*clie
 	if err != nil {
 		return nil, err
 	}
-	c, err := heedclient.Connect(ctx, g.natsURL, append([]heedclient.Option{heedclient.Name("heed-cli"), heedclient.Source("heed/cli"), heedclient.NATSOptions(natsOpts)}, opts...)...)
+	base := []heedclient.Option{heedclient.Name("heed-cli"), heedclient.Source("heed/cli"), heedclient.NATSOptions(natsOpts)}
+	if g.agent != "" {
+		base = append(base, heedclient.Agent(g.agent))
+	}
+	c, err := heedclient.Connect(ctx, g.natsURL, append(base, opts...)...)
 	if err != nil {
 		return nil, err
 	}

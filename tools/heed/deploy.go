@@ -41,8 +41,9 @@ func newDeployCmd(g *globals) *cobra.Command {
 func newDeployPermissionsCmd(_ *globals) *cobra.Command {
 	var out string
 	var users []string
+	var isolate bool
 	cmd := &cobra.Command{
-		Use:   "permissions --out DIR [--user NAME:ROLE]...",
+		Use:   "permissions --out DIR [--user NAME:ROLE]... [--isolate-agents]",
 		Short: "Write NATS users with heed's role permissions: a server config and one nkey seed per user",
 		Long: `Writes DIR/heed-permissions.conf, a nats-server configuration fragment
 with one permission set per role (service, agent, bridge, console, ops) and
@@ -57,9 +58,19 @@ Roles:
 Without --user: one service user per service (runner, confirm-router,
 escalator, healer, learner, indexer, changesets) and one user of each
 client role (agent, bridge, console, ops). docs/PRODUCTION.md has the
-subjects of each role.`,
+subjects of each role.
+
+With --isolate-agents, agents may not read or steer each other's runs:
+each agent user may call the run commands on its own path only
+(heed.cmd.as.NAME.run.start, continue, retry, cancel and get; the runner
+takes NAME for the caller and refuses other agents' runs with code
+forbidden), reads nothing from the log itself, and gets its replies on its
+own inboxes (_INBOX.NAME.>; heed's client sets that prefix when it is given
+the agent's name, --as-agent NAME). Such an agent cannot drive a run by
+writing its events or serve tools: give that agent the plain agent role.`,
 		Example: `  heed deploy permissions --out deploy/secrets
   heed deploy permissions --out deploy/secrets --user runner:service --user ci-bot:agent --user slack:bridge --user alice:ops
+  heed deploy permissions --out deploy/secrets --user runner:service --user ci-bot:agent --user review-bot:agent --isolate-agents
   nats-server -c node.conf          # node.conf: include heed-permissions.conf
   heed-runner --nats-url nats://n1:4222 --nats-nkey deploy/secrets/runner.nk`,
 		Args: cobra.NoArgs,
@@ -73,6 +84,9 @@ subjects of each role.`,
 			parsed, err := parseDeployUsers(users)
 			if err != nil {
 				return err
+			}
+			for i := range parsed {
+				parsed[i].Isolated = isolate && parsed[i].Role == access.RoleAgent
 			}
 			if err := os.MkdirAll(out, 0o700); err != nil {
 				return fmt.Errorf("--out %s: %w", out, err)
@@ -90,7 +104,11 @@ subjects of each role.`,
 				if created {
 					state = "new"
 				}
-				fmt.Fprintf(w, "%-16s %-8s %s (%s)\n", u.Name, u.Role, filepath.Join(out, u.Name+".nk"), state)
+				role := u.Role
+				if u.Isolated {
+					role += " (isolated: heed.cmd.as." + u.Name + ".run.*)"
+				}
+				fmt.Fprintf(w, "%-16s %-8s %s (%s)\n", u.Name, role, filepath.Join(out, u.Name+".nk"), state)
 			}
 			conf, err := access.ServerConfig(written)
 			if err != nil {
@@ -106,6 +124,7 @@ subjects of each role.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory for heed-permissions.conf and the seeds (created, mode 0700)")
 	cmd.Flags().StringArrayVar(&users, "user", nil, "NAME:ROLE, repeatable (roles: "+strings.Join(access.RoleNames(), ", ")+")")
+	cmd.Flags().BoolVar(&isolate, "isolate-agents", false, "keep each agent to its own runs (run commands on heed.cmd.as.NAME.run.* only; no reads of the log)")
 	_ = cmd.MarkFlagDirname("out")
 	return cmd
 }

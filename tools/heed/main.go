@@ -129,6 +129,9 @@ type globals struct {
 	auth      *natsconn.Auth
 	logFormat string
 	noColor   bool
+	// agent, when set, is the agent this CLI acts as on a deployment that
+	// keeps agents to their own runs (--as-agent).
+	agent string
 }
 
 // logger is the log of a long-running command (heed up, the bridges, the
@@ -190,6 +193,8 @@ failed steps and survive a crash of any process.
 	}
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logFormat, "logs of heed up, the bridges, the console and the MCP server: text or json ($HEED_LOG_FORMAT)")
 	_ = root.RegisterFlagCompletionFunc("log-format", completeChoices("text", "json"))
+	root.PersistentFlags().StringVar(&g.agent, "as-agent", os.Getenv("HEED_AGENT"), "act as this agent where agents are kept to their own runs (heed deploy permissions --isolate-agents): run commands on heed.cmd.as.NAME.run.*, runs followed without reading the log ($HEED_AGENT)")
+	_ = root.RegisterFlagCompletionFunc("as-agent", cobra.NoFileCompletions)
 	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in the output (also: NO_COLOR set, or not a terminal)")
 	_ = root.RegisterFlagCompletionFunc("nats-url", cobra.NoFileCompletions)
 	root.AddCommand(
