@@ -96,8 +96,9 @@ fuzz:
 ## CI runs a short version (60 runs, 6 kills) within make test.
 CHAOS_RUNS ?= 1000
 CHAOS_KILLS ?= 24
+CHAOS_SEED ?= random
 chaos: deps
-	set -o pipefail; HEED_CHAOS_CLUSTER_RUNS=$(CHAOS_RUNS) HEED_CHAOS_CLUSTER_KILLS=$(CHAOS_KILLS) $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./conformance 2>&1 | tee chaos.log | grep -E 'chaos report|kills in order|^(---|ok|FAIL|PASS)|_test.go:[0-9]+: [^-]' || { echo "the whole log: chaos.log"; exit 1; }
+	set -o pipefail; HEED_CHAOS_CLUSTER_RUNS=$(CHAOS_RUNS) HEED_CHAOS_CLUSTER_KILLS=$(CHAOS_KILLS) HEED_CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./conformance 2>&1 | tee chaos.log | grep -E 'chaos report|kills in order|kill order seed|^(---|ok|FAIL|PASS)|_test.go:[0-9]+: [^-]' || { echo "the whole log: chaos.log"; exit 1; }
 
 ## chaos-single: kill -9 of heed up and of its one NATS server during runs,
 ## 5 trials of 300 runs (CI runs 1 trial of 100 within make test)
