@@ -22,7 +22,15 @@ type ServiceHealth struct {
 	Status string          `json:"status"`
 	Health *service.Health `json:"health,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Active is the instance holding the service's lease, and Standbys
+	// the instances waiting for it (service mains run as separate
+	// processes; a service heed up runs has neither).
+	Active   *service.LeaseHolder  `json:"active,omitempty"`
+	Standbys []service.LeaseHolder `json:"standbys,omitempty"`
 }
+
+// standbyWait is how long Health gathers the stand-bys' answers.
+const standbyWait = 250 * time.Millisecond
 
 // StatusMissing is the status of a service that did not answer.
 const StatusMissing = "missing"
@@ -47,7 +55,28 @@ func (c *Client) Health(ctx context.Context, timeout time.Duration, names ...str
 	return out
 }
 
+// health asks one service, and meanwhile who holds its lease and who
+// stands by.
 func (c *Client) health(ctx context.Context, name string, timeout time.Duration) ServiceHealth {
+	var active *service.LeaseHolder
+	var standbys []service.LeaseHolder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		standbys = c.standbys(name, min(timeout, standbyWait))
+		lctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if h, ok := service.ReadLease(lctx, c.bus.JetStream(), name); ok {
+			active = &h
+		}
+	}()
+	sh := c.healthCheck(ctx, name, timeout)
+	<-done
+	sh.Active, sh.Standbys = active, standbys
+	return sh
+}
+
+func (c *Client) healthCheck(ctx context.Context, name string, timeout time.Duration) ServiceHealth {
 	sh := ServiceHealth{Name: name, Status: StatusMissing}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -67,4 +96,29 @@ func (c *Client) health(ctx context.Context, name string, timeout time.Duration)
 	}
 	sh.Health, sh.Status = &h, h.Status
 	return sh
+}
+
+// standbys gathers the answers of a service's stand-bys for wait.
+func (c *Client) standbys(name string, wait time.Duration) []service.LeaseHolder {
+	inbox := c.nc.NewRespInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.PublishRequest(service.StandbySubject(name), inbox, nil); err != nil {
+		return nil
+	}
+	var out []service.LeaseHolder
+	deadline := time.Now().Add(wait)
+	for {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return out
+		}
+		var h service.LeaseHolder
+		if json.Unmarshal(m.Data, &h) == nil {
+			out = append(out, h)
+		}
+	}
 }

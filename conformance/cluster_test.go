@@ -515,6 +515,21 @@ func TestClusterChaos(t *testing.T) {
 	// Every service, and a stand-by of the runner and of the confirm
 	// router (the lease: one of each is active).
 	c.startServices(tools, "indexer", "learner", "confirm-router", "runner", "healer", "escalator", "changesets", "runner#2", "confirm-router#2")
+	// heed status names the active instance of each service and counts
+	// the stand-bys.
+	checkFor(t, 30*time.Second, 250*time.Millisecond, func() error {
+		out, err := exec.Command(heedBin, "status", "--nats-url", c.url).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("heed status: %v\n%s", err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 0 && (f[0] == "runner" || f[0] == "confirm-router") && !strings.Contains(l, "1 stand-by") || len(f) > 0 && f[0] == "indexer" && !strings.Contains(l, "pid ") {
+				return fmt.Errorf("heed status does not show the active instance and its stand-by:\n%s", out)
+			}
+		}
+		return nil
+	})
 	// The order of the kills: HEED_CHAOS_SEED repeats a run's; CI keeps
 	// one order (19), make chaos draws a new one each time.
 	seed := uint64(19)

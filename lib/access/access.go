@@ -88,10 +88,10 @@ var watchLog = []string{"_INBOX.>", "heed.run.>", "heed.confirm.>", "heed.escala
 var logWrites = []string{"heed.run.>", "heed.confirm.>", "heed.pref.>", "heed.fix.>", "heed.escalation.>", "heed.changeset.>", "heed.schedule.>", "heed.dlq.>"}
 
 // readCommands are the commands that only read.
-var readCommands = []string{"heed.cmd.escalation.status", "heed.cmd.escalation.held", "heed.cmd.changeset.status", "heed.cmd.changeset.list", "heed.cmd.changeset.history"}
+var readCommands = []string{"heed.cmd.run.get", "heed.cmd.escalation.status", "heed.cmd.escalation.held", "heed.cmd.changeset.status", "heed.cmd.changeset.list", "heed.cmd.changeset.history"}
 
 // health is the services' health and `nats micro` discovery.
-var health = []string{"heed.svc.*.health", "$SRV.>"}
+var health = []string{"heed.svc.*.health", "heed.svc.*.standby", "$SRV.>"}
 
 func join(lists ...[]string) []string {
 	var out []string

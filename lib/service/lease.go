@@ -41,6 +41,25 @@ const LeaseBucket = "heed_leases"
 // long after a kill -9.
 const DefaultLeaseTTL = 15 * time.Second
 
+// StandbySubject is where every stand-by of a service answers, with its
+// LeaseHolder, who it is: one request gathers them all.
+func StandbySubject(service string) string { return "heed.svc." + service + ".standby" }
+
+// ReadLease returns who holds service's lease, if anyone (a service run
+// by heed up holds none: it is the only instance).
+func ReadLease(ctx context.Context, js jetstream.JetStream, service string) (LeaseHolder, bool) {
+	kv, err := js.KeyValue(ctx, LeaseBucket)
+	if err != nil {
+		return LeaseHolder{}, false
+	}
+	e, err := kv.Get(ctx, service)
+	if err != nil {
+		return LeaseHolder{}, false
+	}
+	var h LeaseHolder
+	return h, json.Unmarshal(e.Value(), &h) == nil
+}
+
 // LeaseHolder is the value of a lease key.
 type LeaseHolder struct {
 	Service string    `json:"service"`
@@ -89,6 +108,12 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 		return nil, err
 	}
 	said := false
+	// While it stands by, it says so to whoever asks (heed status).
+	standby, err := js.Conn().Subscribe(StandbySubject(service), func(m *nats.Msg) { _ = m.Respond(value) })
+	if err != nil {
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "stand-by: " + err.Error(), Err: err}
+	}
+	defer func() { _ = standby.Unsubscribe() }()
 	for {
 		rev, err := kv.Create(ctx, l.key, value, jetstream.KeyTTL(ttl))
 		if err == nil {

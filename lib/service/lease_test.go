@@ -53,6 +53,16 @@ func TestLeaseOneActiveInstance(t *testing.T) {
 		t.Fatal("a second instance took the lease while the first refreshed it")
 	case <-time.After(3 * ttl):
 	}
+	// B says it stands by to whoever asks; the active holder is A.
+	nc := env.Conn(t)
+	m, err := nc.Request(service.StandbySubject("svc"), nil, time.Second)
+	var standby service.LeaseHolder
+	if err != nil || json.Unmarshal(m.Data, &standby) != nil || standby.PID != os.Getpid() || standby.Service != "svc" {
+		t.Fatalf("the stand-by's answer: %v %v", m, err)
+	}
+	if h, ok := service.ReadLease(ctx, js, "svc"); !ok || h.PID != os.Getpid() || h.Since.After(standby.Since) {
+		t.Fatalf("the lease's holder: %+v %v; want A, active since before B stood by", h, ok)
+	}
 	// A clean stop hands it over at once.
 	stopA()
 	<-keptA
@@ -64,6 +74,10 @@ func TestLeaseOneActiveInstance(t *testing.T) {
 		t.Logf("stand-by took over %s after the release", time.Since(released).Round(time.Millisecond))
 	case <-time.After(ttl):
 		t.Fatal("the stand-by did not take over within the TTL of a release")
+	}
+	// Active now, B no longer answers as a stand-by.
+	if _, err := nc.Request(service.StandbySubject("svc"), nil, 200*time.Millisecond); err == nil {
+		t.Error("the instance that took over still answers as a stand-by")
 	}
 
 	// B stops refreshing (paused, cut off): after the TTL a stand-by C

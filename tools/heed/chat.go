@@ -20,7 +20,7 @@ import (
 )
 
 func newChatCmd(g *globals) *cobra.Command {
-	var logLevel string
+	var logLevel, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "chat CONFIG",
 		Short: "Post pending requests to Slack or Mattermost and take the answers from their buttons",
@@ -102,6 +102,9 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 				return err
 			}
 			defer c.Close()
+			if _, err := serveOps(cmd.Context(), cmd.ErrOrStderr(), metricsListen, "chat", c.Conn(), log); err != nil {
+				return err
+			}
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Serve(ln) }()
 			defer func() {
@@ -128,6 +131,7 @@ not posted again after a restart. docs/BRIDGES.md has the config.`,
 		},
 	}
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	addMetricsFlag(cmd, &metricsListen)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))
 	cmd.ValidArgsFunction = completeYAML
 	return cmd

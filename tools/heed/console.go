@@ -89,7 +89,7 @@ func startConsole(ctx context.Context, c *heedclient.Client, o consoleOptions, u
 
 func newConsoleCmd(g *globals) *cobra.Command {
 	var o consoleOptions
-	var logLevel string
+	var logLevel, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "console --listen ADDR --users FILE",
 		Short: "Serve the web console: the inbox, change sets, runs, learned state and statistics",
@@ -117,6 +117,9 @@ heed up serves the same console with --console-listen. docs/CONSOLE.md.`,
 				return err
 			}
 			defer c.Close()
+			if _, err := serveOps(cmd.Context(), cmd.ErrOrStderr(), metricsListen, "console", c.Conn(), log); err != nil {
+				return err
+			}
 			addr, done, err := startConsole(cmd.Context(), c.Client, o, users, routing, log)
 			if err != nil {
 				return err
@@ -132,6 +135,7 @@ heed up serves the same console with --console-listen. docs/CONSOLE.md.`,
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "host:port the console listens on")
 	o.flags(cmd, "")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	addMetricsFlag(cmd, &metricsListen)
 
 	hash := &cobra.Command{
 		Use:   "hash-password",

@@ -16,7 +16,7 @@ import (
 )
 
 func newDesktopCmd(g *globals) *cobra.Command {
-	var as, routes, logLevel string
+	var as, routes, logLevel, metricsListen string
 	var dialog, sound bool
 	cmd := &cobra.Command{
 		Use:   "desktop",
@@ -62,6 +62,9 @@ which requests come here (docs/BRIDGES.md).`,
 				return err
 			}
 			defer c.Close()
+			if _, err := serveOps(cmd.Context(), cmd.ErrOrStderr(), metricsListen, "desktop", c.Conn(), cfg.Log); err != nil {
+				return err
+			}
 			how := "notifications with buttons"
 			if b.Notify == "" {
 				how = fmt.Sprintf("%s dialogs (%s)", b.Dialog, b.Why)
@@ -79,6 +82,7 @@ which requests come here (docs/BRIDGES.md).`,
 	cmd.Flags().BoolVar(&dialog, "dialog", false, "always ask with a dialog (zenity, else kdialog), never a notification")
 	cmd.Flags().BoolVar(&sound, "sound", false, "play the desktop's question sound with each new request")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	addMetricsFlag(cmd, &metricsListen)
 	_ = cmd.RegisterFlagCompletionFunc("as", cobra.NoFileCompletions)
 	_ = cmd.RegisterFlagCompletionFunc("routes", completeYAML)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", completeChoices("debug", "info", "warn", "error"))

@@ -22,7 +22,7 @@ import (
 )
 
 func newMCPCmd(g *globals) *cobra.Command {
-	var identity, listen, tokens, skillsDir, logLevel string
+	var identity, listen, tokens, skillsDir, logLevel, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve heed to AI agents over the Model Context Protocol (stdio, or streamable HTTP with --listen)",
@@ -66,6 +66,9 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 				return err
 			}
 			defer c.Close()
+			if _, err := serveOps(cmd.Context(), cmd.ErrOrStderr(), metricsListen, "mcp", c.Conn(), log); err != nil {
+				return err
+			}
 			cfg := heedmcp.Config{Identity: identity, SkillsDir: skillsDir, Version: currentBuild().Version, Log: log}
 			if listen == "" {
 				srv := heedmcp.New(c.Client, cfg)
@@ -89,6 +92,7 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 	cmd.Flags().StringVar(&tokens, "tokens", "", "with --listen: who may call, a users file of token_sha256 entries (docs/MCP.md)")
 	cmd.Flags().StringVar(&skillsDir, "skills", "skills", "the skills skill_list lists and skill_run runs by name")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error (on stderr)")
+	addMetricsFlag(cmd, &metricsListen)
 	return cmd
 }
 

@@ -21,8 +21,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show every service's health, a run's state step by step, or an escalation's",
 		Long: `Without an argument: every heed service's health (heed.svc.<name>.health):
 ok, degraded with the reasons (a durable consumer gone, lagging past the
-threshold or stopped; not connected to NATS), or missing (no answer). The exit
-status is 0 when every service is ok, 1 otherwise.
+threshold or stopped; not connected to NATS), or missing (no answer); and,
+where the services run as separate processes, which instance is active (the
+holder of its lease) and how many stand by. The exit status is 0 when every
+service is ok, 1 otherwise.
 
 With a run id: where the run stands: its status, each step's state and
 attempt, what healing decided about a failed attempt, and what the run waits
@@ -87,7 +89,7 @@ func printServices(out io.Writer, pal palette, hs []heedclient.ServiceHealth, as
 		printJSON(out, hs)
 	} else {
 		t := newTable(out)
-		t.row(pal.bold("SERVICE"), pal.bold("STATUS"), pal.bold("CONSUMERS"), pal.bold("LAG"), pal.bold("DETAIL"))
+		t.row(pal.bold("SERVICE"), pal.bold("STATUS"), pal.bold("CONSUMERS"), pal.bold("LAG"), pal.bold("INSTANCES"), pal.bold("DETAIL"))
 		for _, h := range hs {
 			consumers, lag, detail := "", "", ""
 			if h.Health != nil {
@@ -101,7 +103,7 @@ func printServices(out io.Writer, pal palette, hs []heedclient.ServiceHealth, as
 			if h.Error != "" {
 				detail = strings.TrimPrefix(strings.Join([]string{detail, h.Error}, "; "), "; ")
 			}
-			t.row(h.Name, pal.status(strings.ToUpper(h.Status)), consumers, lag, detail)
+			t.row(h.Name, pal.status(strings.ToUpper(h.Status)), consumers, lag, instances(h), detail)
 		}
 		t.Flush()
 	}
@@ -109,6 +111,23 @@ func printServices(out io.Writer, pal palette, hs []heedclient.ServiceHealth, as
 		return &exitError{status: exitFailure, code: codeDegraded, msg: fmt.Sprintf("%d of %d services not ok", bad, len(hs))}
 	}
 	return nil
+}
+
+// instances says which instance of a service is active and how many stand
+// by: "pid 4242 on n1, 1 stand-by" (nothing for a service heed up runs).
+func instances(h heedclient.ServiceHealth) string {
+	var parts []string
+	if h.Active != nil {
+		parts = append(parts, fmt.Sprintf("pid %d on %s", h.Active.PID, h.Active.Host))
+	}
+	switch n := len(h.Standbys); n {
+	case 0:
+	case 1:
+		parts = append(parts, "1 stand-by")
+	default:
+		parts = append(parts, fmt.Sprintf("%d stand-bys", n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func printRunState(out io.Writer, pal palette, r *runstate.Run) {
