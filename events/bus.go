@@ -108,14 +108,17 @@ func (b *Bus) PublishAsync(ev *Event, opts ...PublishOption) (jetstream.PubAckFu
 	return f, nil
 }
 
-// PublishAll publishes events concurrently and waits for every ack. Every
-// event is validated before any is sent, so an invalid event refuses the
-// whole batch instead of leaving the events before it in the log.
+// PublishAll publishes events in order, each once the one before it is
+// stored. Every event is validated before any is sent, so an invalid event
+// refuses the whole batch instead of leaving the events before it in the
+// log. Not pipelined: with several publishes in flight, one the stream did
+// not take (no leader for a moment during a failover) would leave the ones
+// after it stored before it, and its retry would store it after them — a
+// run's pause before the step it pauses at. In order, a failure leaves a
+// prefix stored; the retry's duplicates of it are dropped (deterministic
+// ids) and the rest follows in order.
 func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
-	switch len(evs) {
-	case 0:
-		return nil
-	case 1:
+	if len(evs) == 1 {
 		_, err := b.Publish(ctx, &evs[0])
 		return err
 	}
@@ -127,25 +130,14 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 		}
 		msgs[i] = msg
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(evs))
-	for _, msg := range msgs {
-		f, err := b.js.PublishMsgAsync(msg)
-		if err != nil {
+	for i, msg := range msgs {
+		if _, err := b.js.PublishMsg(ctx, msg); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return classifyPublishError(msg.Subject, err)
 		}
-		futures = append(futures, f)
-	}
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return classifyPublishError(SubjectOf(&evs[i]), err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if b.obs != nil {
-		for i := range evs {
+		if b.obs != nil {
 			b.obs.Published(evs[i].Type())
 		}
 	}

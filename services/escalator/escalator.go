@@ -234,8 +234,7 @@ func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *
 		// follows, written only if it does not exist yet (after a crash it
 		// may), so it comes a write after its offered event.
 		// The first write is guarded and waited for; the rest of the
-		// escalation's events follow it together (one round trip, in
-		// order on the one connection).
+		// escalation's events follow it in order.
 		var mine []*events.Event
 		for i := range evs {
 			if events.Type(evs[i].Type()).Kind() == "escalation" {
@@ -264,24 +263,17 @@ func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *
 			if err := written(mine[0], ack); err != nil {
 				return nil, err
 			}
-			futures := make([]jetstream.PubAckFuture, 0, len(mine)-1)
+			// The rest in order, each once the one before it is stored (as
+			// events.Bus.PublishAll): pipelined, one the stream did not
+			// take during a failover would be stored after the ones
+			// behind it when retried.
 			for _, ev := range mine[1:] {
-				f, err := e.bus.PublishAsync(ev)
+				ack, err := e.bus.Publish(ctx, ev)
 				if err != nil {
 					return nil, err
 				}
-				futures = append(futures, f)
-			}
-			for i, f := range futures {
-				select {
-				case ack := <-f.Ok():
-					if err := written(mine[i+1], ack); err != nil {
-						return nil, err
-					}
-				case err := <-f.Err():
-					return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("escalation %s: writing %s: %v", id, mine[i+1].ID(), err), Err: err}
-				case <-ctx.Done():
-					return nil, ctx.Err()
+				if err := written(ev, ack); err != nil {
+					return nil, err
 				}
 			}
 		}

@@ -369,7 +369,8 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 // launch runs a tool call in its own goroutine. The delivery that caused it
 // stays unacknowledged until the result is in the log, so a crash at any
 // point redelivers it and the call is made again with the same
-// idempotency key.
+// idempotency key. The sweep launches without a delivery (d nil): then a
+// crash leaves the call to the next sweep.
 func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *Launch) {
 	k := flightKey(runID, l.Index, l.Attempt)
 	fctx, cancel := context.WithCancel(ctx)
@@ -377,7 +378,10 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 	e.mu.Lock()
 	e.inflight[k] = f
 	e.mu.Unlock()
-	finish := d.Hold()
+	finish, progress := func([]events.Event, error) {}, func() {}
+	if d != nil {
+		finish, progress = d.Hold(), func() { _ = d.InProgress() }
+	}
 	call := tool.Call{Tool: l.Step.Tool, Args: l.Args, RunID: runID, Step: l.Step.Name, Attempt: l.Attempt, IdempotencyKey: tool.IdempotencyKey(runID, l.Index, l.Attempt)}
 	go func() {
 		defer cancel()
@@ -397,7 +401,7 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 				case <-t.C:
 					break wait
 				case <-heartbeat.C:
-					_ = d.InProgress()
+					progress()
 				case <-fctx.Done():
 					t.Stop()
 					settle(CallLost, fctx.Err())
@@ -421,7 +425,7 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 			case res = <-results:
 				break run
 			case <-heartbeat.C:
-				_ = d.InProgress()
+				progress()
 			}
 		}
 		outcome := "completed"

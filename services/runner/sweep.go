@@ -28,13 +28,13 @@ import (
 //   - what reconciling would write (the next step, a pause, the end, an
 //     answer that arrived) is written, guarded by the run's last sequence,
 //     so a run that moved on meanwhile is left alone;
-//   - a tool call whose result is not in the log, that no call in this
-//     process is making and whose tool's time limit (plus SweepQuiet) has
-//     passed — for an idempotent tool, at least the consumer's ack wait:
-//     the delivery of a call whose runner died comes back by then and the
-//     call is made again with the same key — is failed with kind "lost":
-//     its on_error applies (a retry calls the tool again with the next
-//     attempt's idempotency key);
+//   - a tool call whose result is not in the log and that no call in this
+//     process is making: of an idempotent tool, made again with the same
+//     idempotency key once an ack wait has passed since it started (its
+//     delivery, had it come back, would have made it by then); of a tool
+//     that does not honour keys, which a person allowed to be called again,
+//     failed with kind "lost" once its time limit (plus SweepQuiet) has
+//     passed: its on_error applies;
 //   - a retry waiting out its backoff is started.
 //
 // Everything the sweep writes has the id reconciling would give it, and
@@ -216,20 +216,28 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	}
 	dec := e.decide(r, &cause)
 	limit := e.ackWait
-	if dec.Launch != nil {
-		if spec, ok := e.invoker.Registry.Get(dec.Launch.Step.Tool); ok {
-			limit = spec.TimeoutDuration()
-			if spec.IsIdempotent() {
-				// A runner that died while making the call left its
-				// delivery unacknowledged: it comes back after the ack
-				// wait, to a restarted runner or a stand-by (the consumer
-				// delivers it up to MaxDeliver times, a node's failover
-				// delaying each), and the call is made again with the same
-				// key: exactly once, for a tool that honours it. Failing it
-				// as lost before the consumer has given up would make a
-				// retry with the next key do it twice.
-				limit = max(limit, lostAfterDeliveries*e.ackWait)
+	if l := dec.Launch; l != nil && l.Start == nil && len(dec.Events) == 0 {
+		spec, ok := e.invoker.Registry.Get(l.Step.Tool)
+		if ok && spec.IsIdempotent() {
+			// A call started and not running here, of a tool that honours
+			// its idempotency key: made again with the same key, exactly
+			// once for the tool, whatever became of the first (a runner
+			// killed while making it, its result lost in a failover, its
+			// delivery given up while runners came and went). It waits
+			// one ack wait after the start: the delivery that started it
+			// comes back to this runner by then and makes it, held. A
+			// call never fails as lost: it ends by its result, or by the
+			// tool's own time limit.
+			if time.Since(r.Steps[l.Index].StartedAt) < e.ackWait+quiet {
+				return false, nil
 			}
+			e.launch(ctx, nil, r.ID, l)
+			e.log.Info("sweep makes a call again with its idempotency key (its result is not in the log and no call here is making it)",
+				"run", id, "step", l.Step.Name, "attempt", l.Attempt, "key", tool.IdempotencyKey(r.ID, l.Index, l.Attempt))
+			return true, nil
+		}
+		if ok {
+			limit = spec.TimeoutDuration()
 		}
 	}
 	out := sweepEvents(r, dec, time.Now().UTC(), limit+quiet)
@@ -276,10 +284,6 @@ func eventTypes(evs []events.Event) []string {
 	return out
 }
 
-// lostAfterDeliveries is how many ack waits an idempotent call's delivery
-// has to come back before the sweep takes the call for lost: the
-// consumer's MaxDeliver (events.ConsumerConfig's default).
-const lostAfterDeliveries = 5
 
 // sweepEvents is what a sweep writes to a quiet run, given the decision
 // its state leads to: the decision's events; a retry's start, when the
