@@ -120,15 +120,15 @@ me="$$ $(cut -d' ' -f22 /proc/$$/stat)"
 if ! mkdir "$lock" 2>/dev/null; then
   old=$(cat "$lock/pid" 2>/dev/null)
   pid=${old%% *}
-  if [ -n "$pid" ] && [ "$pid $(cut -d' ' -f22 /proc/$pid/stat 2>/dev/null)" = "$old" ]; then echo "overlap $HEED_IDEMPOTENCY_KEY $pid $$" >> "$CHAOS_DIR/calls"; fi
+  if [ -n "$pid" ] && [ "$pid $(cut -d' ' -f22 /proc/$pid/stat 2>/dev/null)" = "$old" ]; then echo "overlap $HEED_IDEMPOTENCY_KEY $pid $$ $(date +%T.%N) parent $PPID" >> "$CHAOS_DIR/calls"; fi
 fi
 echo "$me" > "$lock/pid"
-echo "start $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
+echo "start $HEED_IDEMPOTENCY_KEY $$ $(date +%T.%N) parent $PPID" >> "$CHAOS_DIR/calls"
 sleep 0.2
 # The side effect, idempotent by its key (as a tool that honours
 # HEED_IDEMPOTENCY_KEY does): a key already in the ledger is not added.
 if ! grep -qxF "$HEED_IDEMPOTENCY_KEY" "$CHAOS_DIR/ledger" 2>/dev/null; then echo "$HEED_IDEMPOTENCY_KEY" >> "$CHAOS_DIR/ledger"; fi
-echo "end $HEED_IDEMPOTENCY_KEY $$" >> "$CHAOS_DIR/calls"
+echo "end $HEED_IDEMPOTENCY_KEY $$ $(date +%T.%N)" >> "$CHAOS_DIR/calls"
 rm -rf "$lock"
 echo '{"ok":true}'
 `
@@ -413,6 +413,7 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 	calls, _ := os.ReadFile(filepath.Join(work, "calls"))
 	ended := map[string]int{}
 	started := map[string]int{}
+	var overlapKeys []string
 	for _, line := range strings.Split(string(calls), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
@@ -427,6 +428,7 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 			ended[f[1]]++
 		case "overlap":
 			rep.overlaps++
+			overlapKeys = append(overlapKeys, f[1])
 		}
 	}
 	for _, n := range started {
@@ -557,7 +559,25 @@ func chaosLoad(t *testing.T, target chaosTarget, work string, runs, inFlight int
 		}
 	}
 	if rep.overlaps > 0 {
-		t.Errorf("%d tool calls ran while another live copy of the same call ran", rep.overlaps)
+		t.Errorf("%d tool calls ran while another live copy of the same call ran: %s", rep.overlaps, strings.Join(overlapKeys, ", "))
+		for _, key := range overlapKeys[:min(len(overlapKeys), 3)] {
+			id, _, _ := strings.Cut(key, "/")
+			var seen []string
+			for _, e := range streamMsgs(t, js, "heed.run."+id+".>") {
+				seen = append(seen, fmt.Sprintf("#%d %s at %s", e.Seq, strings.TrimPrefix(e.Subject, "heed.run."+id+"."), e.Header.Get("ce-time")))
+			}
+			t.Logf("log of %s: %s", id, strings.Join(seen, ", "))
+			var lines []string
+			for _, l := range strings.Split(string(calls), "\n") {
+				if strings.Contains(l, id) {
+					lines = append(lines, "    "+l)
+				}
+			}
+			t.Logf("the calls of %s (key pid time, parent: the runner's pid):\n%s", id, strings.Join(lines, "\n"))
+			if m, ok := target.(interface{ mentions(string) string }); ok {
+				t.Logf("what the services logged about %s:\n%s", id, m.mentions(id))
+			}
+		}
 	}
 	if len(rep.doubled) > 0 {
 		t.Errorf("doubled steps: %s", strings.Join(rep.doubled, "; "))

@@ -32,6 +32,11 @@ type engine struct {
 
 	decider *decider
 	timers  map[string]*timer
+	// callCtx is the context of the calls the sweep makes (no delivery
+	// holds them): it outlives SIGTERM until the drain has let them
+	// finish (detached counts them).
+	callCtx  context.Context
+	detached sync.WaitGroup
 	metrics *service.Metrics // nil in tests without a runtime
 
 	mu       sync.Mutex
@@ -77,7 +82,7 @@ type flight struct {
 }
 
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
-	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait,
+	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait, callCtx: context.Background(),
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
 		waiting: map[string]string{}, parked: map[string]string{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
@@ -371,11 +376,20 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 // point redelivers it and the call is made again with the same
 // idempotency key. The sweep launches without a delivery (d nil): then a
 // crash leaves the call to the next sweep.
-func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *Launch) {
+//
+// It reports false, and does nothing, when a call of the same attempt is
+// running here already or has finished: the handler of a delivery and the
+// sweep decide apart, each from what it read, and the one that registers
+// the call first makes it.
+func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l *Launch) bool {
 	k := flightKey(runID, l.Index, l.Attempt)
+	e.mu.Lock()
+	if f := e.inflight[k]; f != nil && (f.state == CallRunning || f.state == CallDone) {
+		e.mu.Unlock()
+		return false
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	f := &flight{cancel: cancel, state: CallRunning}
-	e.mu.Lock()
 	e.inflight[k] = f
 	e.mu.Unlock()
 	finish, progress := func([]events.Event, error) {}, func() {}
@@ -383,8 +397,14 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 		finish, progress = d.Hold(), func() { _ = d.InProgress() }
 	}
 	call := tool.Call{Tool: l.Step.Tool, Args: l.Args, RunID: runID, Step: l.Step.Name, Attempt: l.Attempt, IdempotencyKey: tool.IdempotencyKey(runID, l.Index, l.Attempt)}
+	if d == nil {
+		e.detached.Add(1)
+	}
 	go func() {
 		defer cancel()
+		if d == nil {
+			defer e.detached.Done()
+		}
 		heartbeat := time.NewTicker(max(e.ackWait/3, 100*time.Millisecond))
 		defer heartbeat.Stop()
 		settle := func(state CallState, err error) {
@@ -444,6 +464,7 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 		}
 		settle(CallDone, nil)
 	}()
+	return true
 }
 
 // cancelFlights stops the tool calls of a cancelled run.

@@ -107,6 +107,9 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	callCtx, stopCalls := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCalls()
+	eng.callCtx = callCtx
 	if cfg.MaxWaiting > 0 {
 		eng.maxWaiting = cfg.MaxWaiting
 	}
@@ -188,5 +191,15 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer cancel()
 	cons.Stop(dctx)
 	csCons.Stop(dctx)
+	// The calls the sweep made finish too, as held ones do (their results
+	// stored), within the same drain.
+	done := make(chan struct{})
+	go func() { eng.detached.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-dctx.Done():
+		rt.Log.Warn("stop: calls the sweep made are still running; the next runner's sweep makes them again")
+	}
+	stopCalls()
 	return nil
 }

@@ -231,7 +231,9 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 			if time.Since(r.Steps[l.Index].StartedAt) < e.ackWait+quiet {
 				return false, nil
 			}
-			e.launch(ctx, nil, r.ID, l)
+			if !e.launch(e.callCtx, nil, r.ID, l) {
+				return false, nil // its delivery came back meanwhile and made it
+			}
 			e.log.Info("sweep makes a call again with its idempotency key (its result is not in the log and no call here is making it)",
 				"run", id, "step", l.Step.Name, "attempt", l.Attempt, "key", tool.IdempotencyKey(r.ID, l.Index, l.Attempt))
 			return true, nil
