@@ -37,7 +37,7 @@ type engine struct {
 	// finish (detached counts them).
 	callCtx  context.Context
 	detached sync.WaitGroup
-	metrics *service.Metrics // nil in tests without a runtime
+	metrics  *service.Metrics // nil in tests without a runtime
 
 	mu       sync.Mutex
 	runs     map[string]*runstate.Run

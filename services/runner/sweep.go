@@ -286,7 +286,6 @@ func eventTypes(evs []events.Event) []string {
 	return out
 }
 
-
 // sweepEvents is what a sweep writes to a quiet run, given the decision
 // its state leads to: the decision's events; a retry's start, when the
 // process that waited out its backoff is gone; or, for a call that has
