@@ -112,7 +112,10 @@ func startHeedOn(t *testing.T, url, tools string) *heed {
 // records each start and each end. A lock left by a killed call names its
 // process by pid and start time: pids come round again (pid_max is 32,768
 // on many machines and a chaos run starts tens of thousands of
-// processes), and a pid alone would take a stranger for a live copy.
+// processes), and a pid alone would take a stranger for a live copy. A
+// zombie is not a live copy: a call killed with its runner (the kernel's
+// SIGKILL, Pdeathsig) stays one until the process that inherits it reaps
+// it, which in a container may take a while.
 const chaosTool = `#!/bin/sh
 key=$(printf %s "$HEED_IDEMPOTENCY_KEY" | tr '/' '_')
 lock="$CHAOS_DIR/locks/$key"
@@ -120,7 +123,7 @@ me="$$ $(cut -d' ' -f22 /proc/$$/stat)"
 if ! mkdir "$lock" 2>/dev/null; then
   old=$(cat "$lock/pid" 2>/dev/null)
   pid=${old%% *}
-  if [ -n "$pid" ] && [ "$pid $(cut -d' ' -f22 /proc/$pid/stat 2>/dev/null)" = "$old" ]; then echo "overlap $HEED_IDEMPOTENCY_KEY $pid $$ $(date +%T.%N) parent $PPID" >> "$CHAOS_DIR/calls"; fi
+  if [ -n "$pid" ] && [ "$pid $(cut -d' ' -f22 /proc/$pid/stat 2>/dev/null)" = "$old" ] && [ "$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)" != Z ]; then echo "overlap $HEED_IDEMPOTENCY_KEY $pid $$ $(date +%T.%N) parent $PPID" >> "$CHAOS_DIR/calls"; fi
 fi
 echo "$me" > "$lock/pid"
 echo "start $HEED_IDEMPOTENCY_KEY $$ $(date +%T.%N) parent $PPID" >> "$CHAOS_DIR/calls"
