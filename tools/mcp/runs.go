@@ -59,9 +59,21 @@ type Failure struct {
 	Question      string              `json:"question,omitempty"`
 }
 
-// settled says a run stopped moving for now: it waits, or it ended.
+// settled says a run stopped moving for now: it waits, or it ended. A
+// pause whose step has completed is over: the runner writes the step's
+// result, then the resume, one after the other, and a read between the two
+// sees the run still paused.
 func settled(r *runstate.Run) bool {
-	return r.Terminal() || r.Status == runstate.StatusPaused
+	if r.Terminal() {
+		return true
+	}
+	if r.Status != runstate.StatusPaused {
+		return false
+	}
+	if p := r.Paused; p != nil && p.Index >= 0 && p.Index < len(r.Steps) && r.Steps[p.Index].Status == runstate.StepCompleted {
+		return false
+	}
+	return true
 }
 
 // waitRun follows a run until it has moved past after (a log position)
