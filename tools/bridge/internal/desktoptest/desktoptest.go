@@ -167,7 +167,7 @@ func RunBridge(t *testing.T, c *heedclient.Client, cfg desktop.Config) (stop fun
 // WaitDisplayed waits until dunst shows a notification.
 func WaitDisplayed(t *testing.T) {
 	t.Helper()
-	eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+	eventstest.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
 		n, err := Displayed()
 		if err != nil || n == "0" {
 			return fmt.Errorf("no notification displayed yet (%s, %v)", n, err)
