@@ -392,6 +392,12 @@ func (f *Flags) main(name string, run RunFunc) int {
 		return true
 	}
 	var lease *Lease
+	// The lease is kept through the drain, not only until SIGTERM: the
+	// stand-by must not take over while this instance still finishes the
+	// work it holds (a tool call made twice at once).
+	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeeping()
+	kept := make(chan struct{})
 	if f.LeaseTTL > 0 {
 		// Health answers while standing by (ok, standing by), so that an
 		// operator sees the stand-by; its consumers start only with the
@@ -419,7 +425,8 @@ func (f *Flags) main(name string, run RunFunc) int {
 			return 1
 		}
 		go func() {
-			if err := lease.Keep(ctx); errors.Is(err, ErrLeaseLost) {
+			defer close(kept)
+			if err := lease.Keep(keepCtx); errors.Is(err, ErrLeaseLost) {
 				// Not a drain: another instance may be doing this one's
 				// work already (a tool call in flight here would overlap
 				// with its retry there). Stop as a crash does; tool
@@ -434,6 +441,8 @@ func (f *Flags) main(name string, run RunFunc) int {
 	}
 	err = run(ctx, rt)
 	if lease != nil {
+		stopKeeping()
+		<-kept // no refresh after the release
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		lease.Release(rctx)
 		cancel()
