@@ -153,3 +153,25 @@ func (h *harness) getRun(req command.GetRun) command.RunEvents {
 	}
 	return r
 }
+
+// TestRunGetRefusesBadRequests: heed.cmd.run.get and the agent path,
+// called with bad JSON as any client might, answer invalid_request with
+// the reason and read nothing.
+func TestRunGetRefusesBadRequests(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	for _, c := range []struct{ subject, body, want string }{
+		{command.RunGet, `{}`, "run_id"},
+		{command.RunGet, `{"run_id": "r1", "wait_ms": 20000}`, "wait_ms"},
+		{command.RunGet, `{"run_id": "r1", "after": -1}`, "after"},
+		{command.RunGet, `{"run_id": "r1", "extra": true}`, "extra"},
+		{command.RunGet, `not json`, ""},
+		{command.AsAgent("alice", command.RunGet), `{"run_id": "no such/run"}`, "run_id"},
+		{"heed.cmd.as.not:a-token.run.get", `{"run_id": "r1"}`, "agent's path"},
+	} {
+		m := h.request(c.subject, []byte(c.body))
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeInvalidRequest) || !strings.Contains(string(m.Data), c.want) {
+			t.Errorf("%s %s: %s %s, want invalid_request naming %q", c.subject, c.body, code, m.Data, c.want)
+		}
+	}
+}
