@@ -155,21 +155,23 @@ type EscalationVote struct {
 }
 
 // EscalationDecidedData is heed.escalation.decided: the event the agent
-// waits for. Operation and Scope repeat the request's, for the learner.
+// waits for. Operation, Scope and Environment repeat the request's, for
+// the learner.
 type EscalationDecidedData struct {
-	Decision   string           `json:"decision"`
-	Method     string           `json:"method"`
-	By         string           `json:"by"`
-	Channel    string           `json:"channel,omitempty"`
-	ConfirmID  string           `json:"confirm_id,omitempty"`
-	Tier       string           `json:"tier,omitempty"`
-	Votes      []EscalationVote `json:"votes,omitempty"`
-	Safeguards *Safeguards      `json:"safeguards,omitempty"`
-	Reason     string           `json:"reason,omitempty"`
-	HeldMS     float64          `json:"held_ms"`
-	Operation  string           `json:"operation"`
-	Scope      string           `json:"scope,omitempty"`
-	Critical   bool             `json:"critical,omitempty"`
+	Decision    string           `json:"decision"`
+	Method      string           `json:"method"`
+	By          string           `json:"by"`
+	Channel     string           `json:"channel,omitempty"`
+	ConfirmID   string           `json:"confirm_id,omitempty"`
+	Tier        string           `json:"tier,omitempty"`
+	Votes       []EscalationVote `json:"votes,omitempty"`
+	Safeguards  *Safeguards      `json:"safeguards,omitempty"`
+	Reason      string           `json:"reason,omitempty"`
+	HeldMS      float64          `json:"held_ms"`
+	Operation   string           `json:"operation"`
+	Scope       string           `json:"scope,omitempty"`
+	Environment string           `json:"environment,omitempty"`
+	Critical    bool             `json:"critical,omitempty"`
 }
 
 // Outcomes an agent reports.
@@ -179,15 +181,16 @@ const (
 )
 
 // EscalationOutcomeData is heed.escalation.outcome: how the decided
-// operation went. Operation, Scope and Decision repeat the escalation's,
-// for the learner's cache.
+// operation went. Operation, Scope, Environment and Decision repeat the
+// escalation's, for the learner's cache.
 type EscalationOutcomeData struct {
-	Outcome   string `json:"outcome"`
-	Detail    string `json:"detail,omitempty"`
-	By        string `json:"by"`
-	Operation string `json:"operation"`
-	Scope     string `json:"scope,omitempty"`
-	Decision  string `json:"decision"`
+	Outcome     string `json:"outcome"`
+	Detail      string `json:"detail,omitempty"`
+	By          string `json:"by"`
+	Operation   string `json:"operation"`
+	Scope       string `json:"scope,omitempty"`
+	Environment string `json:"environment,omitempty"`
+	Decision    string `json:"decision"`
 }
 
 // ConfirmIDOfOffer is the confirmation id of offer n (1-based) of

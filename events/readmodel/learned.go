@@ -189,8 +189,13 @@ func (s FailureStats) SortedDays() []string {
 // Decision is the cached record of one operation (a skill step) in one
 // scope (the run's environment input, else "default") in heed_decisions.
 type Decision struct {
-	Operation   string  `json:"operation"`
-	Scope       string  `json:"scope"`
+	Operation string `json:"operation"`
+	Scope     string `json:"scope"`
+	// Environment: an escalation's (prod, stage); a record per
+	// environment, so approvals on stage never approve the same operation
+	// and scope in production. Empty for skill confirmations (their scope
+	// is the run's environment).
+	Environment string  `json:"environment,omitempty"`
 	Count       int     `json:"count"`
 	Approved    int     `json:"approved"`
 	Denied      int     `json:"denied"`
@@ -263,4 +268,15 @@ var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 // DecisionKey is the heed_decisions key of an operation and scope.
 func DecisionKey(operation, scope string) string {
 	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+}
+
+// EscalationDecisionKey is the heed_decisions key of an escalated
+// operation and scope in an environment: op.<operation>.<environment>.<scope>
+// (one token more than DecisionKey, so the two never meet), or DecisionKey
+// when the request named no environment.
+func EscalationDecisionKey(operation, environment, scope string) string {
+	if environment == "" {
+		return DecisionKey(operation, scope)
+	}
+	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(environment, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
 }

@@ -56,6 +56,9 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		if err != nil {
 			return nil, err
 		}
+		if st.Routed != nil {
+			e.routed.add(id)
+		}
 		return reply(st), nil
 	}
 	st, err := e.load(ctx, id)
@@ -69,6 +72,9 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		if st, err = e.processFrom(ctx, id, Cause{Request: &data}, st); err != nil {
 			return nil, err
 		}
+	}
+	if st.Routed != nil {
+		e.routed.add(id)
 	}
 	return reply(st), nil
 }
@@ -131,7 +137,7 @@ func (e *escalator) outcome(ctx context.Context, req *command.ReportOutcome) (an
 			return nil, events.Errorf(events.CodeConflict, "escalation %s has its outcome already (%s by %s)", req.ID, st.Outcome.Outcome, st.Outcome.By)
 		}
 		data := events.EscalationOutcomeData{Outcome: req.Outcome, Detail: req.Detail, By: actor(req.By, st.Request.Session),
-			Operation: st.Request.Operation, Scope: st.Request.Scope, Decision: st.Decided.Decision}
+			Operation: st.Request.Operation, Scope: st.Request.Scope, Environment: st.Request.Environment, Decision: st.Decided.Decision}
 		ev, err := events.NewEvent(events.EscalationOutcome, req.ID, req.ID+"/outcome", Source, data)
 		if err != nil {
 			return nil, err

@@ -33,8 +33,9 @@ type Facts struct {
 	// Reachable reports whether any of members is present, and who was
 	// asked. Nil: everyone is.
 	Reachable func(tier string, members []string) (bool, []string)
-	// Cache is the learner's record of an operation and scope, nil if none.
-	Cache func(operation, scope string) *readmodel.Decision
+	// Cache is the learner's record of an operation and scope in an
+	// environment, nil if none.
+	Cache func(operation, environment, scope string) *readmodel.Decision
 }
 
 // Cause is what decide reacts to.
@@ -146,7 +147,7 @@ func (d *decision) decide(decision, method, by, channel, reason string, votes []
 		sg = d.st.Routed.Safeguards
 	}
 	data := events.EscalationDecidedData{Decision: decision, Method: method, By: by, Channel: channel, Votes: votes, Safeguards: sg, Reason: reason,
-		HeldMS: float64(d.f.Now.Sub(d.st.RequestedAt).Microseconds()) / 1000, Operation: d.st.Request.Operation, Scope: d.st.Request.Scope}
+		HeldMS: float64(d.f.Now.Sub(d.st.RequestedAt).Microseconds()) / 1000, Operation: d.st.Request.Operation, Scope: d.st.Request.Scope, Environment: d.st.Request.Environment}
 	if d.st.Routed != nil {
 		data.Critical = d.st.Routed.Critical
 	}
@@ -438,7 +439,7 @@ func Route(rs *Rules, req *events.EscalationRequestedData, f Facts) (events.Esca
 	pct := func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
 	// The learned cache: never for critical operations (config).
 	if *rs.Cache.Enabled && f.Cache != nil && !(r.Critical && *rs.Cache.NeverForCritical) {
-		if c := f.Cache(req.Operation, req.Scope); c != nil && c.Candidate {
+		if c := f.Cache(req.Operation, req.Environment, req.Scope); c != nil && c.Candidate {
 			r.Decision = events.RouteCachedApprove
 			r.Confidence = min(1, r.Confidence+c.ConfidenceBoost)
 			r.Cache = &events.CacheEvidence{Count: c.Count, SuccessRate: c.SuccessRate, ConfidenceBoost: c.ConfidenceBoost}

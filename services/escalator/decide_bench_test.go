@@ -22,7 +22,7 @@ quorum:
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := Facts{Now: time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC), Cache: func(string, string) *readmodel.Decision { return nil }}
+	f := Facts{Now: time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC), Cache: func(string, string, string) *readmodel.Decision { return nil }}
 	reqs := []events.EscalationRequestedData{
 		{Session: "s", Operation: "force_push", Scope: "main", Requester: "s"},
 		{Session: "s", Operation: "deploy", Environment: "prod", Requester: "s"},
@@ -50,7 +50,7 @@ func TestDecideFromEveryPrefixDecidesTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := Facts{Now: time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC), Cache: func(string, string) *readmodel.Decision { return nil }}
+	f := Facts{Now: time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC), Cache: func(string, string, string) *readmodel.Decision { return nil }}
 	for _, r := range []events.EscalationRequestedData{
 		{Session: "s", Operation: "file_edit", Scope: "/tmp/x.txt", Requester: "s"},                                   // conditional approve
 		{Session: "s", Operation: "tidy", Requester: "s", Risk: new(0.1), Confidence: new(0.9)},                       // auto approve

@@ -50,6 +50,11 @@ type escalator struct {
 	m        *metrics
 	presence time.Duration
 	now      func() time.Time
+	// routed: escalations whose request the command routed in this
+	// process, every write of it made. The consumer's copy of their
+	// requested event has nothing left to do (deciding a routed request
+	// again writes nothing), so it is not read from the log again.
+	routed *recentSet
 }
 
 // Run runs the escalator until ctx is done.
@@ -74,7 +79,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	if o.PresenceTimeout <= 0 {
 		o.PresenceTimeout = DefaultPresenceTimeout
 	}
-	e := &escalator{rs: rs, bus: rt.Bus, nc: rt.Conn, log: rt.Log, cache: cache, held: newHeldIndex(rs.Session.MaxHeld), m: newMetrics(rt.Metrics), presence: o.PresenceTimeout, now: time.Now}
+	e := &escalator{rs: rs, bus: rt.Bus, nc: rt.Conn, log: rt.Log, cache: cache, held: newHeldIndex(rs.Session.MaxHeld), m: newMetrics(rt.Metrics), presence: o.PresenceTimeout, now: time.Now, routed: newRecentSet(8192)}
 	// The held index starts from the projection, which the projector then
 	// carries on from the position it stopped at.
 	if err := e.held.load(ctx, rt.Bus.JetStream()); err != nil {
@@ -144,6 +149,9 @@ func (e *escalator) resume(ctx context.Context) {
 func (e *escalator) routes() *events.Routes {
 	r := events.NewRoutes()
 	events.On(r, events.EscalationRequested, func(ctx context.Context, d *events.Delivery, req *events.EscalationRequestedData) ([]events.Event, error) {
+		if e.routed.has(d.Event.Subject()) {
+			return nil, nil
+		}
 		_, err := e.process(ctx, d.Event.Subject(), Cause{Request: req})
 		return nil, err
 	})
@@ -322,9 +330,9 @@ func (e *escalator) facts(ctx context.Context, asked *time.Duration) Facts {
 			*asked += time.Since(start)
 			return ok, members
 		},
-		Cache: func(operation, scope string) *readmodel.Decision {
+		Cache: func(operation, environment, scope string) *readmodel.Decision {
 			var d readmodel.Decision
-			if e.cache.Get(readmodel.DecisionKey(operation, scope), &d) {
+			if e.cache.Get(readmodel.EscalationDecisionKey(operation, environment, scope), &d) {
 				return &d
 			}
 			return nil

@@ -40,12 +40,13 @@ type goldenScenario struct {
 	Description string `yaml:"description"`
 	Config      string `yaml:"config"`
 	Cache       []struct {
-		Operation string  `yaml:"operation"`
-		Scope     string  `yaml:"scope"`
-		Count     int     `yaml:"count"`
-		Rate      float64 `yaml:"success_rate"`
-		Candidate bool    `yaml:"auto_approve_candidate"`
-		Boost     float64 `yaml:"confidence_boost"`
+		Operation   string  `yaml:"operation"`
+		Environment string  `yaml:"environment"`
+		Scope       string  `yaml:"scope"`
+		Count       int     `yaml:"count"`
+		Rate        float64 `yaml:"success_rate"`
+		Candidate   bool    `yaml:"auto_approve_candidate"`
+		Boost       float64 `yaml:"confidence_boost"`
 	} `yaml:"cache"`
 	Absent  []string                       `yaml:"absent"` // members not present
 	Request events.EscalationRequestedData `yaml:"request"`
@@ -122,10 +123,10 @@ func replayGolden(t *testing.T, path string) []*events.Event {
 				}
 				return false, members
 			},
-			Cache: func(op, scope string) *readmodel.Decision {
+			Cache: func(op, env, scope string) *readmodel.Decision {
 				for _, c := range sc.Cache {
-					if c.Operation == op && c.Scope == scope {
-						return &readmodel.Decision{Operation: op, Scope: scope, Count: c.Count, SuccessRate: c.Rate, Candidate: c.Candidate, ConfidenceBoost: c.Boost}
+					if c.Operation == op && c.Environment == env && c.Scope == scope {
+						return &readmodel.Decision{Operation: op, Environment: env, Scope: scope, Count: c.Count, SuccessRate: c.Rate, Candidate: c.Candidate, ConfidenceBoost: c.Boost}
 					}
 				}
 				return nil

@@ -189,7 +189,7 @@ func escDecided(ctx context.Context, s events.Store, ev *events.Event) error {
 		return err // an approval awaiting its outcome is not counted twice
 	}
 	approved := d.Decision == events.EscalationApproved
-	key := readmodel.DecisionKey(d.Operation, d.Scope)
+	key := readmodel.EscalationDecisionKey(d.Operation, d.Environment, d.Scope)
 	if !countsAsDecision(d.Method) && !(approved && d.Method == events.EscMethodCache) {
 		return nil
 	}
@@ -197,7 +197,7 @@ func escDecided(ctx context.Context, s events.Store, ev *events.Event) error {
 	if _, err := s.Get(ctx, key, &dec); err != nil {
 		return err
 	}
-	dec.Operation, dec.Scope = d.Operation, d.Scope
+	dec.Operation, dec.Scope, dec.Environment = d.Operation, d.Scope, d.Environment
 	switch {
 	case d.Method == events.EscMethodCache:
 		dec.CacheApproved++

@@ -625,6 +625,41 @@ func TestEscalationCache(t *testing.T) {
 	}
 }
 
+// The cache keeps a record per environment: what people approved on
+// stage never approves the same operation and scope in production.
+func TestEscalationCachePerEnvironment(t *testing.T) {
+	p := learner.DecisionsProjection{}
+	s := mapStore{}
+	const op, scope = "deploy", "service:api"
+	for i := 1; i <= 5; i++ {
+		id := fmt.Sprintf("esc-stage-%d", i)
+		at := time.Duration(i) * time.Minute
+		apply(t, p, s, events.EscalationDecided, id, at, events.EscalationDecidedData{Decision: events.EscalationApproved, Method: events.MethodUser, By: "user:alice", Operation: op, Scope: scope, Environment: "stage"})
+		apply(t, p, s, events.EscalationOutcome, id, at+time.Second, events.EscalationOutcomeData{Outcome: events.OutcomeSuccess, By: "agent", Operation: op, Scope: scope, Environment: "stage", Decision: events.EscalationApproved})
+	}
+	var stage readmodel.Decision
+	if ok, _ := s.Get(context.Background(), readmodel.EscalationDecisionKey(op, "stage", scope), &stage); !ok || !stage.Candidate || stage.Environment != "stage" || stage.Count != 5 || stage.Successes != 5 {
+		t.Fatalf("stage record: %+v (found %v), want a candidate of 5", stage, ok)
+	}
+	for _, env := range []string{"prod", ""} {
+		if _, ok := s[readmodel.EscalationDecisionKey(op, env, scope)]; ok {
+			t.Errorf("approvals on stage made a record for environment %q", env)
+		}
+	}
+	// A denial in production is production's alone.
+	apply(t, p, s, events.EscalationDecided, "esc-prod-1", 10*time.Minute, events.EscalationDecidedData{Decision: events.EscalationDenied, Method: events.MethodUser, By: "user:bob", Operation: op, Scope: scope, Environment: "prod"})
+	var prod readmodel.Decision
+	if ok, _ := s.Get(context.Background(), readmodel.EscalationDecisionKey(op, "prod", scope), &prod); !ok || prod.Denied != 1 || prod.Candidate {
+		t.Fatalf("prod record: %+v (found %v)", prod, ok)
+	}
+	if _, _ = s.Get(context.Background(), readmodel.EscalationDecisionKey(op, "stage", scope), &stage); stage.Denied != 0 || !stage.Candidate {
+		t.Fatalf("a denial in production changed stage's record: %+v", stage)
+	}
+	if a, b := readmodel.EscalationDecisionKey(op, "prod", scope), readmodel.DecisionKey(op, scope); a == b {
+		t.Fatalf("an environment's key %q is the key without one", a)
+	}
+}
+
 func TestEscalationStats(t *testing.T) {
 	p := learner.StatsProjection{}
 	s := mapStore{}

@@ -385,13 +385,17 @@ func newStatsCmd(g *globals) *cobra.Command {
 			if len(rep.Decisions) > 0 {
 				fmt.Fprintln(out, "decisions:")
 				t := newTable(out)
-				t.row("", "OPERATION", "SCOPE", "COUNT", "SUCCESS", "AUTO-APPROVE CANDIDATE")
+				t.row("", "OPERATION", "ENVIRONMENT", "SCOPE", "COUNT", "SUCCESS", "AUTO-APPROVE CANDIDATE")
 				for _, d := range rep.Decisions {
 					cand := fmt.Sprint(d.Candidate)
 					if d.Suspended {
 						cand += " (suspended: a failure; a person must approve again)"
 					}
-					t.row("", truncate(d.Operation, 48), d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
+					env := d.Environment
+					if env == "" {
+						env = "-"
+					}
+					t.row("", truncate(d.Operation, 48), env, d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
 				}
 				t.Flush()
 			}
