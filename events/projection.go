@@ -252,7 +252,7 @@ func ProjectorName(p Projection) string { return "proj-" + p.Name() }
 // RunProjector keeps p's bucket up to date from the log: a durable
 // consumer with one event in flight, so events apply in log order.
 func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger) (*Consumer, error) {
-	kv, err := bus.js.KeyValue(ctx, p.Bucket())
+	kv, err := BindBucket(ctx, bus.js, p.Bucket())
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("bucket %s: %v", p.Bucket(), err), Err: err}
 	}

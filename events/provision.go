@@ -180,6 +180,37 @@ func ensureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	})
 }
 
+// BindBucket binds an existing KV bucket, trying again while JetStream
+// cannot answer (a stream leader being elected after a node was killed):
+// a service starting during a failover waits for it instead of exiting.
+func BindBucket(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := WhileUnavailable(ctx, func() (err error) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		kv, err = js.KeyValue(actx, bucket)
+		return err
+	})
+	return kv, err
+}
+
+// attemptTimeout bounds one attempt of BindBucket and BindStream: a
+// request sent as the connection dropped is lost, and waiting for its
+// answer until the caller's deadline would wait for nothing.
+const attemptTimeout = 5 * time.Second
+
+// BindStream is BindBucket for a stream.
+func BindStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.Stream, error) {
+	var s jetstream.Stream
+	err := WhileUnavailable(ctx, func() (err error) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		s, err = js.Stream(actx, stream)
+		return err
+	})
+	return s, err
+}
+
 // ClusterPatience bounds how long provisioning and consumer creation wait
 // for JetStream while it is unavailable: a cluster electing a stream's
 // leader (a node was killed) answers its API with timeouts, "no

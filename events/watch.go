@@ -21,11 +21,15 @@ type BucketCache struct {
 // WatchBucket starts caching bucket. It returns at once; Ready is closed
 // once the initial values are loaded.
 func WatchBucket(ctx context.Context, js jetstream.JetStream, bucket string) (*BucketCache, error) {
-	kv, err := js.KeyValue(ctx, bucket)
+	kv, err := BindBucket(ctx, js, bucket)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchAll(ctx)
+	var w jetstream.KeyWatcher
+	err = WhileUnavailable(ctx, func() (err error) {
+		w, err = kv.WatchAll(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

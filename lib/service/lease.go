@@ -92,11 +92,7 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 	if err := events.ProvisionBucket(ctx, js, topo, events.BucketSpec{Name: LeaseBucket, Description: "heed leases: which instance of each service is active"}); err != nil {
 		return nil, err
 	}
-	var kv jetstream.KeyValue
-	err := events.WhileUnavailable(ctx, func() (err error) {
-		kv, err = js.KeyValue(ctx, LeaseBucket)
-		return err
-	})
+	kv, err := events.BindBucket(ctx, js, LeaseBucket)
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: "lease bucket: " + err.Error(), Err: err}
 	}

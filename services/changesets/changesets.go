@@ -81,7 +81,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 			return err
 		}
 	}
-	kv, err := rt.Bus.JetStream().KeyValue(ctx, readmodel.ChangeSetsBucket)
+	kv, err := events.BindBucket(ctx, rt.Bus.JetStream(), readmodel.ChangeSetsBucket)
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 	}

@@ -91,11 +91,11 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 			return err
 		}
 	}
-	prefs, err := rt.Bus.JetStream().KeyValue(ctx, readmodel.PrefsBucket)
+	prefs, err := events.BindBucket(ctx, rt.Bus.JetStream(), readmodel.PrefsBucket)
 	if err != nil {
 		return fmt.Errorf("preferences bucket: %w", err)
 	}
-	stream, err := rt.Bus.JetStream().Stream(ctx, events.EventStream)
+	stream, err := events.BindStream(ctx, rt.Bus.JetStream(), events.EventStream)
 	if err != nil {
 		return fmt.Errorf("event stream: %w", err)
 	}

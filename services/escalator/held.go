@@ -63,7 +63,7 @@ func newHeldIndex(maxHeld int) *heldIndex {
 
 // load starts the index from the projection's summaries.
 func (h *heldIndex) load(ctx context.Context, js jetstream.JetStream) error {
-	kv, err := js.KeyValue(ctx, readmodel.EscalationsBucket)
+	kv, err := events.BindBucket(ctx, js, readmodel.EscalationsBucket)
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
 	}

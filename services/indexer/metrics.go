@@ -74,7 +74,7 @@ func (s *countingStore) Put(ctx context.Context, key string, v any) error {
 // countStates sets the runs and confirmations gauges from the index as it
 // is (before the projector starts): right after a restart.
 func countStates(ctx context.Context, js jetstream.JetStream, m *service.Metrics) error {
-	kv, err := js.KeyValue(ctx, readmodel.IndexBucket)
+	kv, err := events.BindBucket(ctx, js, readmodel.IndexBucket)
 	if err != nil {
 		return fmt.Errorf("index bucket: %w", err)
 	}

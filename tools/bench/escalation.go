@@ -111,13 +111,17 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // passResult is one pass of the simulation.
 type passResult struct {
 	toPeople, approved, denied, auto, cached int
+	// people counts what went to people by operation, environment and
+	// scope, for the log: which repeats the cache did not take, and why
+	// (see peopleSummary).
+	people map[string]int
 }
 
 // simulate runs the operations as agents would, one after another: ask,
 // wait for a held one's decision, do it if approved and report how it
 // went.
 func simulate(ctx context.Context, c *heedclient.Client, a *approver, pass int, ops []genOp) (passResult, error) {
-	var r passResult
+	r := passResult{people: map[string]int{}}
 	for _, op := range ops {
 		id := fmt.Sprintf("sim%d-%03d", pass, op.seq)
 		a.mu.Lock()
@@ -136,6 +140,7 @@ func simulate(ctx context.Context, c *heedclient.Client, a *approver, pass int, 
 		switch reply.Routed.Decision {
 		case events.RouteEscalate:
 			r.toPeople++
+			r.people[fmt.Sprintf("%s %s %s (%s)", op.operation, op.env, op.scope, opKinds[op.kind].description)]++
 		case events.RouteCachedApprove:
 			r.cached++
 		default:
