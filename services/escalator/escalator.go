@@ -156,24 +156,28 @@ func (e *escalator) routes() *events.Routes {
 		return nil, err
 	})
 	events.On(r, events.ConfirmAnswered, func(ctx context.Context, d *events.Delivery, _ *events.ConfirmAnsweredData) ([]events.Event, error) {
-		return nil, e.onConfirmation(ctx, d.Event.Subject(), false)
+		return nil, e.onConfirmation(ctx, d.Event.Subject(), d.Seq, false)
 	})
 	events.On(r, events.ConfirmExpired, func(ctx context.Context, d *events.Delivery, _ *events.ConfirmExpiredData) ([]events.Event, error) {
-		return nil, e.onConfirmation(ctx, d.Event.Subject(), true)
+		return nil, e.onConfirmation(ctx, d.Event.Subject(), d.Seq, true)
 	})
 	return r
 }
 
 // onConfirmation acts on the answer that took effect on one of our offers
 // (other confirmations are left alone at once).
-func (e *escalator) onConfirmation(ctx context.Context, confirmID string, expired bool) error {
+func (e *escalator) onConfirmation(ctx context.Context, confirmID string, seq uint64, expired bool) error {
 	escID, _, ok := events.OfferOfConfirmID(confirmID)
 	if !ok {
 		return nil
 	}
 	c := Cause{ConfirmID: confirmID, Expired: expired}
 	if !expired {
-		cs, err := confirmation.Load(ctx, e.bus, confirmID)
+		// Read until the answer delivered is in what is read: a direct
+		// get on an R3 stream may be answered by a replica behind the
+		// log, and an answer not seen here would be left for the tier's
+		// deadline to escalate.
+		cs, err := confirmation.LoadAt(ctx, e.bus, confirmID, seq)
 		if err != nil {
 			if events.CodeOf(err) == events.CodeNotFound {
 				return nil
