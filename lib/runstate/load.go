@@ -19,13 +19,25 @@ func Load(ctx context.Context, bus *events.Bus, id string, skills *skill.Cache) 
 // counts them all); one that does not decode is skipped: the indexer has
 // dead-lettered it.
 func (r *Run) CatchUp(ctx context.Context, bus *events.Bus, skills *skill.Cache) error {
+	return r.CatchUpEach(ctx, bus, skills, nil)
+}
+
+// CatchUpEach is CatchUp calling each (if not nil) with every event once
+// it is folded, and its position in the log.
+func (r *Run) CatchUpEach(ctx context.Context, bus *events.Bus, skills *skill.Cache, each func(ev *events.Event, seq uint64) error) error {
 	_, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, events.SubjectFilter("run", r.ID), r.LastSeq, func(raw events.RawMsg) error {
 		ev, err := bus.Codec().DecodeStored(raw)
 		if err != nil {
 			r.LastSeq = max(r.LastSeq, raw.Seq)
 			return nil
 		}
-		return r.Apply(ev, raw.Seq, skills)
+		if err := r.Apply(ev, raw.Seq, skills); err != nil {
+			return err
+		}
+		if each != nil {
+			return each(ev, raw.Seq)
+		}
+		return nil
 	})
 	return err
 }

@@ -147,22 +147,17 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 func (c *commands) runEvents(ctx context.Context, id string, after uint64) (command.RunEvents, *runstate.Run, error) {
 	r := runstate.New(id)
 	out := command.RunEvents{RunID: id, Events: []command.StoredRaw{}}
-	_, err := events.ReadHistory(ctx, c.e.bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), 0, func(raw events.RawMsg) error {
-		r.LastSeq = max(r.LastSeq, raw.Seq)
-		ev, err := c.e.bus.Codec().DecodeStored(raw)
-		if err != nil {
-			return nil // refused by the gate: in the dead-letter stream, not the run's
+	// A message that does not decode was refused by the gate: it is in the
+	// dead-letter stream, not among the run's events.
+	err := r.CatchUpEach(ctx, c.e.bus, c.e.skills, func(ev *events.Event, seq uint64) error {
+		if seq <= after {
+			return nil
 		}
-		if err := r.Apply(ev, raw.Seq, c.e.skills); err != nil {
+		b, err := json.Marshal(ev)
+		if err != nil {
 			return err
 		}
-		if raw.Seq > after {
-			b, err := json.Marshal(ev)
-			if err != nil {
-				return err
-			}
-			out.Events = append(out.Events, command.StoredRaw{Seq: raw.Seq, Event: b})
-		}
+		out.Events = append(out.Events, command.StoredRaw{Seq: seq, Event: b})
 		return nil
 	})
 	if err != nil {

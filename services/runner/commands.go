@@ -170,17 +170,7 @@ func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*ru
 	if r == nil {
 		r = runstate.New(id)
 	}
-	_, err := events.ReadHistory(ctx, c.e.bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), r.LastSeq, func(raw events.RawMsg) error {
-		// Count every message's position, valid or not: the stream's
-		// expected-sequence check counts them all.
-		r.LastSeq = max(r.LastSeq, raw.Seq)
-		ev, err := c.e.bus.Codec().DecodeStored(raw)
-		if err != nil {
-			return nil
-		}
-		return r.Apply(ev, raw.Seq, c.e.skills)
-	})
-	if err != nil {
+	if err := r.CatchUp(ctx, c.e.bus, c.e.skills); err != nil {
 		return nil, err
 	}
 	if r.LastSeq == 0 {
