@@ -580,11 +580,6 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if env.cfg.upHeap != "" {
-		if err := fetchHeap(ctx, env.cfg.upPprof, env.cfg.upHeap); err != nil {
-			env.logf("approval: heap profile: %v", err)
-		}
-	}
 	// The same, once heed is at rest: the figure above still holds what
 	// the burst of opening left (nats-server keeps a message block's
 	// cache 10 s after its last use, and the consumers that fold the
@@ -596,6 +591,13 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	rssRest, _, err := memory()
 	if err != nil {
 		return nil, err
+	}
+	// The heap profile is of heed at rest, what the target is about (its
+	// fetch collects garbage first: read the RSS before).
+	if env.cfg.upHeap != "" {
+		if err := fetchHeap(ctx, env.cfg.upPprof, env.cfg.upHeap); err != nil {
+			env.logf("approval: heap profile: %v", err)
+		}
 	}
 
 	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }

@@ -94,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.StringVar(&c.heedBin, "heed", "", "the heed binary the approval section runs as `heed up` (default: heed next to heed-bench, i.e. bin/heed)")
 	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
-	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held to this file (needs -up-pprof)")
+	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held, at rest, to this file (needs -up-pprof)")
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
 	fs.StringVar(&c.approvalURL, "approval-url", "", "approval section: measure the heed already running at this NATS URL (e.g. the 3-node cluster of deploy/cluster/local.sh, every service its own process) instead of starting heed up; no RSS figures")
 	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
