@@ -175,6 +175,9 @@ func (c *Client) Decisions(ctx context.Context) ([]readmodel.Decision, error) {
 		if a.Operation != b.Operation {
 			return a.Operation < b.Operation
 		}
+		if a.Environment != b.Environment {
+			return a.Environment < b.Environment
+		}
 		return a.Scope < b.Scope
 	}), err
 }

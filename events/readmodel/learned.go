@@ -186,8 +186,9 @@ func (s FailureStats) SortedDays() []string {
 	return out
 }
 
-// Decision is the cached record of one operation (a skill step) in one
-// scope (the run's environment input, else "default") in heed_decisions.
+// Decision is the cached record of one operation in heed_decisions: a
+// skill step in one scope (the run's environment input, else "default"),
+// or an escalated operation in one environment and scope.
 type Decision struct {
 	Operation string `json:"operation"`
 	Scope     string `json:"scope"`
@@ -267,7 +268,17 @@ var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
 // DecisionKey is the heed_decisions key of an operation and scope.
 func DecisionKey(operation, scope string) string {
-	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+	return "op." + keyToken(operation) + "." + keyToken(scope)
+}
+
+// keyToken is s as one token of a key: what a key may not hold replaced,
+// and an empty s (an escalation may name no scope) as "_", since a key may
+// not end in a dot or hold two in a row.
+func keyToken(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return keyUnsafe.ReplaceAllString(s, "_")
 }
 
 // EscalationDecisionKey is the heed_decisions key of an escalated
@@ -278,5 +289,5 @@ func EscalationDecisionKey(operation, environment, scope string) string {
 	if environment == "" {
 		return DecisionKey(operation, scope)
 	}
-	return "op." + keyUnsafe.ReplaceAllString(operation, "_") + "." + keyUnsafe.ReplaceAllString(environment, "_") + "." + keyUnsafe.ReplaceAllString(scope, "_")
+	return "op." + keyToken(operation) + "." + keyToken(environment) + "." + keyToken(scope)
 }

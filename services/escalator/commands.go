@@ -56,6 +56,8 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		if err != nil {
 			return nil, err
 		}
+		// processFrom succeeded: every write the request called for is
+		// in the log (see escalator.routed).
 		if st.Routed != nil {
 			e.routed.add(id)
 		}
@@ -72,10 +74,13 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		if st, err = e.processFrom(ctx, id, Cause{Request: &data}, st); err != nil {
 			return nil, err
 		}
+		if st.Routed != nil {
+			e.routed.add(id)
+		}
 	}
-	if st.Routed != nil {
-		e.routed.add(id)
-	}
+	// Routed before this call is not every write made (a failover may
+	// have stopped the writes after routed): the consumer's copy of the
+	// request is left to finish it.
 	return reply(st), nil
 }
 

@@ -51,9 +51,11 @@ type escalator struct {
 	presence time.Duration
 	now      func() time.Time
 	// routed: escalations whose request the command routed in this
-	// process, every write of it made. The consumer's copy of their
-	// requested event has nothing left to do (deciding a routed request
-	// again writes nothing), so it is not read from the log again.
+	// process, every write of it made by this call (not one that found
+	// it routed already: its writes may have stopped half way). The
+	// consumer's copy of their requested event has nothing left to do
+	// (deciding a routed request again writes nothing), so it is not
+	// read from the log again.
 	routed *recentSet
 }
 

@@ -3,6 +3,7 @@ package escalator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -67,14 +68,33 @@ func (h *heldIndex) load(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
 	}
-	lister, err := kv.ListKeysFiltered(ctx, "esc.>")
+	var keys []string
+	err = events.WhileUnavailable(ctx, func() error {
+		lister, err := kv.ListKeysFiltered(ctx, "esc.>")
+		if err != nil {
+			return err
+		}
+		keys = keys[:0]
+		for key := range lister.Keys() {
+			keys = append(keys, key)
+		}
+		return nil
+	})
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
 	}
-	for key := range lister.Keys() {
-		v, err := kv.Get(ctx, key)
-		if err != nil {
+	for _, key := range keys {
+		var v jetstream.KeyValueEntry
+		err := events.WhileUnavailable(ctx, func() (err error) {
+			v, err = kv.Get(ctx, key)
+			return err
+		})
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue // removed meanwhile
+		}
+		if err != nil {
+			// A held escalation left out would never be resumed at start.
+			return &events.Error{Code: events.CodeUnavailable, Message: "read " + readmodel.EscalationsBucket + " " + key + ": " + err.Error(), Err: err}
 		}
 		var s readmodel.Escalation
 		if readmodel.Decode(v.Value(), &s) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -657,6 +658,14 @@ func TestEscalationCachePerEnvironment(t *testing.T) {
 	}
 	if a, b := readmodel.EscalationDecisionKey(op, "prod", scope), readmodel.DecisionKey(op, scope); a == b {
 		t.Fatalf("an environment's key %q is the key without one", a)
+	}
+	// An escalation may name no scope: its key is still a key NATS takes
+	// (no empty token: not ending in a dot, no two dots in a row).
+	valid := regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$`)
+	for _, k := range []string{readmodel.EscalationDecisionKey(op, "prod", ""), readmodel.EscalationDecisionKey(op, "", ""), readmodel.EscalationDecisionKey("", "", ""), readmodel.DecisionKey(op, "")} {
+		if !valid.MatchString(k) {
+			t.Errorf("key %q is not a valid KV key", k)
+		}
 	}
 }
 

@@ -325,7 +325,9 @@ func newStatsCmd(g *globals) *cobra.Command {
 			if rep.Decisions, err = c.Decisions(ctx); err != nil {
 				return err
 			}
-			sort.Slice(rep.Decisions, func(i, j int) bool { return rep.Decisions[i].Count > rep.Decisions[j].Count })
+			// By count; ties keep the client's order (operation,
+			// environment, scope), so the listing is the same every time.
+			sort.SliceStable(rep.Decisions, func(i, j int) bool { return rep.Decisions[i].Count > rep.Decisions[j].Count })
 			est, err := c.EscalationStats(ctx)
 			if err != nil {
 				return err
