@@ -554,6 +554,14 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err := rest("before the round trips"); err != nil {
 		return nil, err
 	}
+	// The same server's raw JetStream, one publish at a time, heed at rest
+	// as for the round trips: the machine's speed in this run, to read the
+	// round trip against (this box's speed varies by a third within hours:
+	// BENCHMARKS.md).
+	raw, err := rawPublishLatencies(ctx, c.nc, rtN)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
 		return nil, err
 	}
@@ -622,6 +630,8 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 			{"… one answer command, p99", micros(percentile(ansLat, 99)), "≤ 50 ms", passMiss(verdicts[1])},
 			{fmt.Sprintf("single approval round trip, p50 (%d, one at a time)", len(rt)), micros(percentile(rt, 50)), "", ""},
 			{"single approval round trip, p99 (answer → requester sees the run resumed)", micros(percentile(rt, 99)), "≤ 5 ms", passMiss(verdicts[2])},
+			{fmt.Sprintf("… raw JetStream on the same server, one publish → ack, p50 / p99 (%d, one at a time)", len(raw)), micros(percentile(raw, 50)) + " / " + micros(percentile(raw, 99)), "", ""},
+			{"… round trip against one raw publish, p50 / p99", fmt.Sprintf("%.1f× / %.1f×", ratio(percentile(rt, 50), percentile(raw, 50)), ratio(percentile(rt, 99), percentile(raw, 99))), "", ""},
 			{fmt.Sprintf("open %s more waiting runs", thousands(int64(pend))), fmt.Sprintf("%s runs/s (%s)", thousands(int64(float64(pend)/pendElapsed.Seconds())), pendElapsed.Round(time.Millisecond)), "", ""},
 			{fmt.Sprintf("heed RSS holding %s confirmations pending, at rest (VmRSS; consumers caught up, then %s)", thousands(int64(pend)), restSettle), mb(rssRest), "≤ 150 MB", passMiss(verdicts[4])},
 			{"… RSS 2 s after opening them (the projections still folding the burst)", mb(rss), "", ""},
@@ -640,6 +650,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		"heed up runs as a child process (bin/heed, fresh data directory, embedded server on a free loopback port); RSS is that process: heed's services and its embedded nats-server together.",
 		"The skill pauses at a confirm step for a person (deadline 1 h), then computes one value. Opening = heed.cmd.run.start until the requester's subscription sees heed.run.<id>.paused; answering = heed.cmd.confirm.answer (method user) until its reply.",
 		"Round trip: one answer at a time, from sending heed.cmd.confirm.answer until a plain subscription on heed.run.*.resumed sees the run resume (20 warm up first).",
+		"Raw JetStream: just before the round trips, heed at rest, the bench publishes as many 256-byte messages one at a time (with Nats-Msg-Id) to a scratch file-storage stream on the same server and times each to its ack: the machine's speed in this run, to read the round trip against (the stream is removed after).",
 		"Each phase starts with heed at rest (every consumer of HEED_EVENTS caught up, at most 2 min): "+strings.Join(settled, "; ")+".",
 		"200 runs are opened and approved first to warm up. -approvals, -round-trips, -pending change the counts; -up-pprof ADDR gives heed up a pprof listener (go tool pprof http://ADDR/debug/pprof/profile?seconds=20 while it runs).",
 	)
@@ -710,4 +721,41 @@ func settle(ctx context.Context, nc *nats.Conn, limit time.Duration) (time.Durat
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// rawPublishLatencies publishes n messages of 256 bytes, one at a time, to
+// a scratch file-storage stream on the server nc is connected to and
+// returns each publish's time to its ack, sorted; the stream is removed.
+func rawPublishLatencies(ctx context.Context, nc *nats.Conn, n int) ([]time.Duration, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	const name = "HEED_BENCH_RAW"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"heedbench.raw.>"}, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}); err != nil {
+		return nil, fmt.Errorf("raw baseline stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
+	payload := make([]byte, 256)
+	out := make([]time.Duration, 0, n)
+	for i := range n + 20 { // the first 20 warm up
+		msg := &nats.Msg{Subject: fmt.Sprintf("heedbench.raw.%d", i%64), Header: nats.Header{"Nats-Msg-Id": []string{fmt.Sprintf("raw-%d", i)}}, Data: payload}
+		start := time.Now()
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			return nil, fmt.Errorf("raw baseline publish: %w", err)
+		}
+		if i >= 20 {
+			out = append(out, time.Since(start))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ratio is a / b, 0 when b is 0.
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
