@@ -393,6 +393,36 @@ func TestLearnedCacheApproves(t *testing.T) {
 	}
 }
 
+// The cache is read per environment: what was learned on stage approves
+// stage, not the same operation and scope in production.
+func TestLearnedCachePerEnvironment(t *testing.T) {
+	s := start(t, "")
+	kv, err := s.bus.JetStream().KeyValue(ctxT(t), readmodel.DecisionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := readmodel.Decision{Operation: "deploy", Environment: "stage", Scope: "service:api", Count: 6, Approved: 6, Successes: 6, SuccessRate: 1, Candidate: true, ConfidenceBoost: 0.3}
+	b, _ := json.Marshal(map[string]any{"seq": 1, "value": d})
+	if _, err := kv.Put(ctxT(t), readmodel.EscalationDecisionKey(d.Operation, d.Environment, d.Scope), b); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(env string) command.EscalationReply {
+		return s.request(t, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{Session: "agent/e", Operation: "deploy", Scope: "service:api", Environment: env, Risk: ptr(0.8), Confidence: ptr(0.8)}})
+	}
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if r := ask("stage"); r.Routed.Decision != events.RouteCachedApprove {
+			return fmt.Errorf("stage routed %+v", r.Routed)
+		}
+		return nil
+	})
+	if r := ask("prod"); r.Routed.Decision != events.RouteEscalate || r.Status != events.EscalationHeld {
+		t.Errorf("prod, learned on stage only: routed %+v, status %s; want escalate, held", r.Routed, r.Status)
+	}
+	if r := ask(""); r.Routed.Decision != events.RouteEscalate {
+		t.Errorf("no environment, learned on stage only: routed %+v; want escalate", r.Routed)
+	}
+}
+
 // heed replay rebuilds heed_escalations identically: summaries and the
 // sessions' held lists (one session emptied by a decision, one still held).
 func TestReplayRebuildsEscalations(t *testing.T) {
