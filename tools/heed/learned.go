@@ -393,11 +393,14 @@ func newStatsCmd(g *globals) *cobra.Command {
 					if d.Suspended {
 						cand += " (suspended: a failure; a person must approve again)"
 					}
-					env := d.Environment
+					env, scope := d.Environment, d.Scope
 					if env == "" {
 						env = "-"
 					}
-					t.row("", truncate(d.Operation, 48), env, d.Scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
+					if scope == "" {
+						scope = "-"
+					}
+					t.row("", truncate(d.Operation, 48), env, scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
 				}
 				t.Flush()
 			}
