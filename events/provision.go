@@ -184,31 +184,30 @@ func ensureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 // cannot answer (a stream leader being elected after a node was killed):
 // a service starting during a failover waits for it instead of exiting.
 func BindBucket(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	var kv jetstream.KeyValue
-	err := WhileUnavailable(ctx, func() (err error) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-		kv, err = js.KeyValue(actx, bucket)
-		return err
-	})
-	return kv, err
+	return bind(ctx, func(actx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(actx, bucket) })
 }
-
-// attemptTimeout bounds one attempt of BindBucket and BindStream: a
-// request sent as the connection dropped is lost, and waiting for its
-// answer until the caller's deadline would wait for nothing.
-const attemptTimeout = 5 * time.Second
 
 // BindStream is BindBucket for a stream.
 func BindStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.Stream, error) {
-	var s jetstream.Stream
+	return bind(ctx, func(actx context.Context) (jetstream.Stream, error) { return js.Stream(actx, stream) })
+}
+
+// attemptTimeout bounds one attempt of a bind: a request sent as the
+// connection dropped is lost, and waiting for its answer until the
+// caller's deadline would wait for nothing.
+const attemptTimeout = 5 * time.Second
+
+// bind calls get, each attempt bounded by attemptTimeout, while JetStream
+// cannot answer.
+func bind[T any](ctx context.Context, get func(context.Context) (T, error)) (T, error) {
+	var v T
 	err := WhileUnavailable(ctx, func() (err error) {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
-		s, err = js.Stream(actx, stream)
+		v, err = get(actx)
 		return err
 	})
-	return s, err
+	return v, err
 }
 
 // ClusterPatience bounds how long provisioning and consumer creation wait
