@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -78,5 +80,84 @@ func TestEscalationFromOutside(t *testing.T) {
 	err = request(h.nc, "heed.cmd.escalation.status", map[string]any{"id": "no-such-esc"}, nil)
 	if !errors.As(err, &ce) || ce.Code != "not_found" {
 		t.Errorf("status of an unknown escalation: %v; want not_found", err)
+	}
+}
+
+// TestEscalationEnvironmentFromOutside: a plain client asks with an
+// environment (and, once, no scope), a person approves, the agent reports
+// the outcome; the decided and outcome events carry the environment, and
+// the learned record is the environment's own (a key NATS takes even for
+// no scope), read straight from the bucket.
+func TestEscalationEnvironmentFromOutside(t *testing.T) {
+	h := startHeed(t)
+	w := watch(t, h.js, "heed.escalation.>")
+	for _, c := range []struct{ id, scope, key string }{
+		{"conf-env-1", "service:api", "op.deploy.prod.service_api"},
+		{"conf-env-2", "", "op.deploy.prod._"},
+	} {
+		var r struct {
+			Status string `json:"status"`
+			Offer  struct {
+				ConfirmID string `json:"confirm_id"`
+			} `json:"offer"`
+		}
+		mustRequest(t, h.nc, "heed.cmd.escalation.request", map[string]any{"id": c.id, "session": "agent/conformance", "operation": "deploy", "scope": c.scope, "environment": "prod", "risk": 0.8}, &r)
+		if r.Status != "held" || r.Offer.ConfirmID == "" {
+			t.Fatalf("%s: reply %+v", c.id, r)
+		}
+		mustRequest(t, h.nc, "heed.cmd.confirm.answer", map[string]any{"id": r.Offer.ConfirmID, "choice": "approve", "by": "user:conformance", "channel": "cli"}, nil)
+		var decided struct {
+			Decision    string `json:"decision"`
+			Environment string `json:"environment"`
+		}
+		w.waitSubject(10*time.Second, "heed.escalation."+c.id+".decided").decode(t, &decided)
+		if decided.Decision != "approved" || decided.Environment != "prod" {
+			t.Fatalf("%s: decided %+v", c.id, decided)
+		}
+		mustRequest(t, h.nc, "heed.cmd.escalation.outcome", map[string]any{"id": c.id, "outcome": "success", "by": "agent/conformance"}, nil)
+		var outcome struct {
+			Environment string `json:"environment"`
+		}
+		w.waitSubject(10*time.Second, "heed.escalation."+c.id+".outcome").decode(t, &outcome)
+		if outcome.Environment != "prod" {
+			t.Errorf("%s: outcome %+v", c.id, outcome)
+		}
+		kv, err := h.js.KeyValue(ctxFor(t, 5*time.Second), "heed_decisions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			e, err := kv.Get(ctxFor(t, 5*time.Second), c.key)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.key, err)
+			}
+			var env struct {
+				Value struct {
+					Operation   string `json:"operation"`
+					Environment string `json:"environment"`
+					Count       int    `json:"count"`
+					Successes   int    `json:"successes"`
+				} `json:"value"`
+			}
+			if err := json.Unmarshal(e.Value(), &env); err != nil {
+				return err
+			}
+			if env.Value.Environment != "prod" || env.Value.Count != 1 || env.Value.Successes != 1 {
+				return fmt.Errorf("%s: %s", c.key, e.Value())
+			}
+			return nil
+		})
+	}
+	// Nothing of it went to the dead letters.
+	dlq, err := h.js.Stream(ctxFor(t, 5*time.Second), "HEED_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(ctxFor(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d dead letters", info.State.Msgs)
 	}
 }
