@@ -205,6 +205,16 @@ func TestCrashAcceptance(t *testing.T) {
 			break
 		}
 		if time.Since(restarted) > 90*time.Second {
+			// Say where each run that did not complete stands, for the
+			// next person to read the failure.
+			doneMu.Lock()
+			for _, id := range ids {
+				if done[id] {
+					continue
+				}
+				t.Logf("run %s did not complete; its log: %s", id, describe(h.runLog(id)))
+			}
+			doneMu.Unlock()
 			t.Fatalf("%d of %d runs completed within 90s of the restart", n, runs)
 		}
 		select {
