@@ -131,6 +131,13 @@ func (p *proc) unwanted() *exec.Cmd {
 	return p.cmd
 }
 
+// restartCount is how often the supervisor started the process again.
+func (p *proc) restartCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
 func (p *proc) running() bool {
 	p.mu.Lock()
 	done := p.done
@@ -148,8 +155,10 @@ func (p *proc) running() bool {
 
 // kill ends the process at once (kill -9).
 func (p *proc) kill() {
+	// ProcessState is written by the goroutine that waits for the
+	// process: running() (its done channel) is the safe question.
 	cmd := p.unwanted()
-	if cmd == nil || cmd.ProcessState != nil || !p.running() {
+	if cmd == nil || !p.running() {
 		return
 	}
 	fmt.Fprintf(&p.out, "---- SIGKILL at %s\n", time.Now().Format("15:04:05.000"))
@@ -171,9 +180,12 @@ func (p *proc) stop() int {
 	if cmd == nil || !p.running() {
 		return 0
 	}
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-done:
 		return cmd.ProcessState.ExitCode()
 	case <-time.After(15 * time.Second):
 		p.kill()
@@ -548,8 +560,8 @@ func TestClusterChaos(t *testing.T) {
 	t.Logf("chaos report (cluster, every service its own process): %s", rep)
 	t.Logf("kills in order: %s", strings.Join(rep.kills, ", "))
 	for _, name := range c.order {
-		if p := c.services[name]; p.restarts > 0 {
-			t.Logf("%s exited on its own %d times (started again by the supervisor); its last words:\n%s", name, p.restarts, lastWords(p.out.String()))
+		if p := c.services[name]; p.restartCount() > 0 {
+			t.Logf("%s exited on its own %d times (started again by the supervisor); its last words:\n%s", name, p.restartCount(), lastWords(p.out.String()))
 		}
 	}
 }

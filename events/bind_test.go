@@ -69,7 +69,22 @@ func TestBindBucketWaitsForJetStream(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("BindBucket still waiting 30 s after the server came back")
 	}
-	// A bucket that does not exist is an answer, not a wait.
+	// A bucket created while the bind looks for it (in a cluster: one
+	// another service has just created, not yet visible to every server)
+	// is bound.
+	created := make(chan error, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		created <- events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: "bind_late", Description: "test"})
+	}()
+	if kv, err := events.BindBucket(ctx, js, "bind_late"); err != nil || kv.Bucket() != "bind_late" {
+		t.Fatalf("BindBucket of a bucket created 0.5 s later: %v", err)
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	// A bucket that does not exist is an answer after a short grace, not
+	// a wait.
 	start := time.Now()
 	if _, err := events.BindBucket(ctx, js, "no_such_bucket"); err == nil {
 		t.Fatal("bound a bucket that does not exist")

@@ -197,17 +197,36 @@ func BindStream(ctx context.Context, js jetstream.JetStream, stream string) (jet
 // caller's deadline would wait for nothing.
 const attemptTimeout = 5 * time.Second
 
+// notFoundGrace is how long a bind takes "not found" for "not visible
+// yet": in a cluster, a bucket another service has just created can be
+// unknown for a moment to the server that answers the lookup (a runner
+// starting beside the service that created the lease bucket exited with
+// "bucket not found"). Every bind follows its own provisioning, so a
+// bucket still missing after this is missing.
+const notFoundGrace = 3 * time.Second
+
 // bind calls get, each attempt bounded by attemptTimeout, while JetStream
-// cannot answer.
+// cannot answer, and for notFoundGrace while the stream is not found.
 func bind[T any](ctx context.Context, get func(context.Context) (T, error)) (T, error) {
 	var v T
-	err := WhileUnavailable(ctx, func() (err error) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-		v, err = get(actx)
-		return err
-	})
-	return v, err
+	graceEnds := time.Now().Add(notFoundGrace)
+	for {
+		err := WhileUnavailable(ctx, func() (err error) {
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			defer cancel()
+			v, err = get(actx)
+			return err
+		})
+		notFound := errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+		if !notFound || time.Now().After(graceEnds) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // ClusterPatience bounds how long provisioning and consumer creation wait
