@@ -1,10 +1,12 @@
 package events_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -66,5 +68,71 @@ func TestPublishAllAfterAPartialWrite(t *testing.T) {
 	}
 	if n := streamCount(t, js, events.EventStream, "heed.run.rb.>"); n != 3 {
 		t.Fatalf("after the events again: %d events, want 3", n)
+	}
+}
+
+// A fast batch stores a prefix: the server stops at the first message it
+// refuses (here a guard that does not hold), and nothing after it is
+// stored, though it was sent.
+func TestFastBatchStopsAtTheFirstRefusal(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	msg := func(id string, guard string) *nats.Msg {
+		m := nats.NewMsg("heed.run.fb.step." + id)
+		m.Header.Set("Nats-Msg-Id", "fb-"+id)
+		if guard != "" {
+			m.Header.Set("Nats-Expected-Last-Subject-Sequence", guard)
+		}
+		m.Data = []byte(`{}`)
+		return m
+	}
+	n, err := events.WriteBatch(testCtx(t), bus, []*nats.Msg{msg("a", ""), msg("b", "999"), msg("c", ""), msg("d", "")})
+	if n != 1 {
+		t.Fatalf("stored %d of the batch, want 1 (the message before the refused one)", n)
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("err = %v, want the refusal of the guard (wrong last sequence)", err)
+	}
+	got := runEvents(t, bus.JetStream(), "fb")
+	if len(got) != 1 {
+		t.Fatalf("the stream holds %d of the batch's messages, want 1: %v", len(got), got)
+	}
+	// Sent again without the guard, as a retry does: the stored first is
+	// dropped as a duplicate and the rest follow it, in order.
+	n, err = events.WriteBatch(testCtx(t), bus, []*nats.Msg{msg("a", ""), msg("b", ""), msg("c", "")})
+	if err != nil || n != 3 {
+		t.Fatalf("the batch again: %d, %v; want 3 (a duplicate and two stored), nil", n, err)
+	}
+	got = runEvents(t, bus.JetStream(), "fb")
+	if len(got) != 3 || got[1].seq <= got[0].seq || got[2].seq <= got[1].seq {
+		t.Fatalf("the stream holds %v, want a, b, c once each, in order", got)
+	}
+}
+
+// On a stream that does not allow fast batches (provisioned by a heed
+// before them), PublishAll writes the events one after the other.
+func TestPublishAllWithoutFastBatches(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	cfg := events.DefaultTopology().EventStreamConfig()
+	cfg.AllowBatchPublish = false
+	if _, err := js.UpdateStream(testCtx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	evs := []events.Event{
+		*newEvent(t, events.RunStepFailed, "nb", "nb-0", stepFailedData),
+		*newEvent(t, events.RunStepFailed, "nb", "nb-1", stepFailedData),
+		*newEvent(t, events.RunStepFailed, "nb", "nb-2", stepFailedData),
+	}
+	for round := range 2 { // the first finds batches refused, the second knows
+		if err := bus.PublishAll(testCtx(t), evs); err != nil {
+			t.Fatalf("round %d: PublishAll: %v", round, err)
+		}
+	}
+	got := runEvents(t, js, "nb")
+	if len(got) != 3 || got[0].id != "nb-0" || got[1].id != "nb-1" || got[2].id != "nb-2" {
+		t.Fatalf("stored %v, want nb-0, nb-1, nb-2 once each, in order", got)
 	}
 }

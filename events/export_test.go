@@ -1,5 +1,11 @@
 package events
 
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+)
+
 // ReplayBeforeApply runs a function between Replay's comparison and its
 // apply, so a test can write to the bucket in between.
 type ReplayBeforeApply func()
@@ -13,4 +19,10 @@ func MuteProgress(d *Delivery) {
 	d.mu.Lock()
 	d.mute = true
 	d.mu.Unlock()
+}
+
+// WriteBatch writes msgs as one fast batch, as PublishAll does, and says
+// how many the stream stored.
+func WriteBatch(ctx context.Context, b *Bus, msgs []*nats.Msg) (int, error) {
+	return b.batch.write(ctx, msgs)
 }

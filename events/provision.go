@@ -72,6 +72,7 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		AllowDirect:       true,
 		AllowMsgSchedules: true,
 		AllowRollup:       true, // schedules need subject rollup; events never use it
+		AllowBatchPublish: true, // a decision's events in one round trip, in order (Bus.PublishAll)
 	}
 }
 

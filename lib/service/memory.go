@@ -23,15 +23,19 @@ import (
 type IdleRelease struct {
 	// Tick is how often allocation is sampled (default 1 s).
 	Tick time.Duration
-	// QuietTicks is how many ticks in a row must each allocate less than
-	// BusyBytes before memory is released (default 12: nats-server drops a
-	// message block's cache 10 s after its last use, and a release before
-	// that would leave those buffers held; a release is two collections,
-	// a pause of ~100 ms of CPU that work arriving then waits behind, so
-	// it waits for a real lull, not a gap between two bursts).
+	// QuietTicks is the window, in ticks, whose allocation must average
+	// under BusyBytes a tick before memory is released (default 12:
+	// nats-server drops a message block's cache 10 s after its last use,
+	// and a release before that would leave those buffers held; a release
+	// is two collections, a pause of ~100 ms of CPU that work arriving then
+	// waits behind, so it waits for a real lull, not a gap between two
+	// bursts). An average, not every tick: a process at rest still does
+	// small periodic work (the runner's sweep of its waiting runs every
+	// 15 s), and a rule of every tick under the limit missed the lull
+	// whenever two such jobs fell within the window.
 	QuietTicks int
-	// BusyBytes is the allocation in one tick that counts as work
-	// (default 1 MiB).
+	// BusyBytes is the allocation a tick, on average over the window,
+	// that counts as work (default 1 MiB).
 	BusyBytes uint64
 	// MinHeld is how much heap memory the process must hold from the OS
 	// for a release to be worth it (default 32 MiB). What is live is not
@@ -56,23 +60,36 @@ func (c *IdleRelease) defaults() {
 }
 
 // idleGate decides when to release: once per quiet period that follows
-// work, never while work goes on. It is the decision alone (no clock, no
-// runtime), so it is tested as such.
+// work, never while work goes on. Work is a window of QuietTicks ticks
+// allocating BusyBytes a tick or more on average; quiet is a full window
+// under that. It is the decision alone (no clock, no runtime), so it is
+// tested as such.
 type idleGate struct {
-	cfg   IdleRelease
-	quiet int
-	armed bool // work happened since the quiet period began
+	cfg    IdleRelease
+	window []uint64 // the last QuietTicks ticks' allocation, a ring
+	next   int      // where the next tick goes in window
+	seen   int      // ticks seen, up to QuietTicks
+	sum    uint64   // of window
+	armed  bool     // work happened since the last release
 }
 
 // observe takes one tick's allocation and the heap memory held and says
 // whether to release now.
 func (g *idleGate) observe(allocated, held uint64) bool {
-	if allocated >= g.cfg.BusyBytes {
-		g.quiet, g.armed = 0, true
+	if g.window == nil {
+		g.window = make([]uint64, g.cfg.QuietTicks)
+	}
+	g.sum -= g.window[g.next]
+	g.window[g.next] = allocated
+	g.sum += allocated
+	g.next = (g.next + 1) % len(g.window)
+	g.seen = min(g.seen+1, len(g.window))
+	budget := g.cfg.BusyBytes * uint64(len(g.window))
+	if g.sum >= budget {
+		g.armed = true
 		return false
 	}
-	g.quiet++
-	if !g.armed || g.quiet < g.cfg.QuietTicks || held < g.cfg.MinHeld {
+	if !g.armed || g.seen < len(g.window) || held < g.cfg.MinHeld {
 		return false
 	}
 	g.armed = false

@@ -10,7 +10,7 @@ import (
 func TestIdleGate(t *testing.T) {
 	cfg := IdleRelease{QuietTicks: 3}
 	cfg.defaults()
-	const busy, quiet, big = 8 << 20, 1024, 64 << 20
+	const busy, quiet, spike, big = 8 << 20, 1024, 2 << 20, 64 << 20
 	cases := []struct {
 		name  string
 		ticks [][2]uint64 // allocated, held
@@ -20,6 +20,7 @@ func TestIdleGate(t *testing.T) {
 		{"released once, three quiet ticks after work", [][2]uint64{{busy, big}, {quiet, big}, {quiet, big}, {quiet, big}, {quiet, big}, {quiet, big}}, []bool{false, false, false, true, false, false}},
 		{"work resets the count", [][2]uint64{{busy, big}, {quiet, big}, {quiet, big}, {busy, big}, {quiet, big}, {quiet, big}, {quiet, big}}, []bool{false, false, false, false, false, false, true}},
 		{"too little held: waits until it is worth it", [][2]uint64{{busy, big}, {quiet, 1 << 20}, {quiet, 1 << 20}, {quiet, 1 << 20}, {quiet, big}, {quiet, big}}, []bool{false, false, false, false, true, false}},
+		{"small periodic work at rest neither keeps it from releasing nor makes it release again", [][2]uint64{{busy, big}, {quiet, big}, {spike, big}, {quiet, big}, {quiet, big}, {spike, big}, {quiet, big}, {quiet, big}}, []bool{false, false, false, true, false, false, false, false}},
 		{"each burst gets its releases", [][2]uint64{{busy, big}, {quiet, big}, {quiet, big}, {quiet, big}, {busy, big}, {quiet, big}, {quiet, big}, {quiet, big}}, []bool{false, false, false, true, false, false, false, true}},
 	}
 	for _, c := range cases {

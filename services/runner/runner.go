@@ -137,9 +137,12 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		Name:        ConsumerName,
 		Description: "skill runner: drives runs from their events",
 		Filters:     []string{"heed.run.>", "heed.confirm.*.answered"},
-		// Run events are most of the log: one server filter (see
-		// events.ConsumerConfig.ServerFilter); the other kinds are skipped.
-		ServerFilter:  "heed.>",
+		// The server filters by both subjects (no wider ServerFilter): a
+		// consumer whose filter covers heed.schedule.> takes part in the
+		// purge that every deadline's schedule makes (the server copies its
+		// pending state each time: 6% of heed up's CPU while opening runs),
+		// and is handed every other kind of event only to skip it. Measured
+		// against "heed.>" (BENCHMARKS.md, "Session 2026-11-25d").
 		AckWait:       cfg.AckWait,
 		MaxAckPending: cfg.MaxInFlight,
 		Workers:       cfg.Workers,
