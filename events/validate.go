@@ -19,9 +19,10 @@ import (
 // "valid", and the full path (encoding/json, then jsonschema), which alone
 // decides refusals and words every error.
 type Validator struct {
-	commands map[string]*jsonschema.Schema
-	byType   map[Type]*jsonschema.Schema
-	fast     map[Type]*schemacheck.Fast // nil entry: the schema uses a feature the fast stage does not handle
+	commands     map[string]*jsonschema.Schema
+	fastCommands map[string]*schemacheck.Fast // as fast, for commands' requests
+	byType       map[Type]*jsonschema.Schema
+	fast         map[Type]*schemacheck.Fast // nil entry: the schema uses a feature the fast stage does not handle
 }
 
 // NewValidator compiles the schema of every type in the catalog and of
@@ -45,13 +46,16 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load schemas: %w", err)
 	}
-	v := &Validator{commands: map[string]*jsonschema.Schema{}, byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*schemacheck.Fast)}
+	v := &Validator{commands: map[string]*jsonschema.Schema{}, fastCommands: map[string]*schemacheck.Fast{}, byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*schemacheck.Fast)}
 	for _, subject := range schemas.Commands() {
 		s, err := c.Compile(schemas.BaseURL + schemas.CommandSchemaPath(subject))
 		if err != nil {
 			return nil, fmt.Errorf("compile schema for %s: %w", subject, err)
 		}
 		v.commands[subject] = s
+		if f, err := schemacheck.CompileFast(s); err == nil {
+			v.fastCommands[subject] = f
+		}
 	}
 	for _, info := range catalog {
 		s, err := c.Compile(schemas.BaseURL + schemas.EventSchemaPath(string(info.Type)))
@@ -108,6 +112,9 @@ func (v *Validator) ValidateCommand(subject string, body []byte) error {
 	}
 	if JSONDepth(body, MaxJSONDepth) > MaxJSONDepth {
 		return Errorf(CodeInvalidRequest, "%s: the request nests deeper than %d levels", subject, MaxJSONDepth)
+	}
+	if f := v.fastCommands[subject]; f != nil && f.Accepts(body) {
+		return nil
 	}
 	err := validateDoc(subject, "the request", s, body)
 	var e *Error

@@ -89,6 +89,19 @@ func loadCatalog(t testing.TB) *testCatalog {
 			v.fast[name] = n
 		}
 	}
+	// Commands' requests go through the same two stages.
+	for _, subject := range schemas.Commands() {
+		s, err := c.Compile(schemas.BaseURL + schemas.CommandSchemaPath(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "command " + subject
+		v.names = append(v.names, name)
+		v.byType[name] = s
+		if n, err := newFastCompiler().compile(s); err == nil {
+			v.fast[name] = n
+		}
+	}
 	return v
 }
 
