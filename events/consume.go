@@ -278,7 +278,12 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 		MaxDeliver:     -1, // heed dead-letters itself, so the server never silently gives up
 		DeliverPolicy:  deliver,
 	}
-	var only []string
+	// only: the subjects handled; a delivery outside them is acknowledged
+	// unhandled. Beyond a ServerFilter's extra, it guards against a
+	// server-side filter that is not this process's: the consumer's
+	// configuration is the last starter's, and during a rolling upgrade
+	// that can be an older instance's wider filter.
+	only := cfg.Filters
 	if cfg.ServerFilter != "" {
 		for _, f := range cfg.Filters {
 			if !subjectMatches(cfg.ServerFilter, f) {
@@ -286,7 +291,6 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 			}
 		}
 		jc.FilterSubject, jc.FilterSubjects = cfg.ServerFilter, nil
-		only = cfg.Filters
 	} else if len(cfg.Filters) == 1 {
 		jc.FilterSubject, jc.FilterSubjects = cfg.Filters[0], nil
 	}

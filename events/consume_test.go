@@ -703,6 +703,41 @@ func TestConsumeServerFilter(t *testing.T) {
 	}
 }
 
+// A consumer whose server-side filter is wider than its filters — the
+// configuration an older instance wrote when it started last, during a
+// rolling upgrade — still hands its handler only its own subjects; the
+// rest is acknowledged unhandled.
+func TestConsumeServerFilterWidenedElsewhere(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := jsOf(t, env)
+	var rec recorder
+	filters := []string{"heed.run.*.step.failed", "heed.confirm.*.answered"}
+	c := consume(t, bus, events.ConsumerConfig{Name: "widened", Filters: filters}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		rec.add(d.Event.ID())
+		return nil, nil
+	})
+	cons, err := js.Consumer(testCtx(t), events.EventStream, "widened")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cons.CachedInfo().Config
+	cfg.FilterSubject, cfg.FilterSubjects = "heed.>", nil
+	if _, err := js.UpdateConsumer(testCtx(t), events.EventStream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	mine := newEvent(t, events.RunStepFailed, "wide", "wide-failed", stepFailedData)
+	publishRaw(t, js, rawMsg(t, newEvent(t, events.RunStarted, "wide", "wide-started", runStartedData)))
+	publishRaw(t, js, rawMsg(t, mine))
+	waitIdle(t, js, "widened")
+	if got := rec.seen(); len(got) != 1 || got[0] != mine.ID() {
+		t.Fatalf("handler saw %v, want only %s", got, mine.ID())
+	}
+	if s := c.Stats(); s.Skipped != 1 {
+		t.Errorf("stats = %+v, want the other event skipped", s)
+	}
+}
+
 // An event whose handler fails only because NATS or JetStream cannot be
 // reached (a cluster's failover) is not dead-lettered after MaxDeliver
 // deliveries: it gets UnavailableAllowance times as many, and is handled
