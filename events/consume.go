@@ -298,6 +298,15 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	err := WhileUnavailable(ctx, func() error {
 		var err error
 		cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+		if errors.Is(err, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported) {
+			// nats-server 2.15 answers the first update of a consumer it
+			// recovered at start with the consumer's information as
+			// recovered, not as updated (the cached "initial info"), so a
+			// change from one filter to several (the runner's upgrade from
+			// heed.>) reads as refused although it was applied. The second
+			// answer is current: ask again.
+			cons, err = bus.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jc)
+		}
 		if err != nil {
 			// A durable recreated after it was lost starts at a sequence
 			// (see recreate), and a deliver policy cannot be updated: keep it.

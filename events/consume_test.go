@@ -854,3 +854,38 @@ func TestConsumeHeldRedeliveryIsAdopted(t *testing.T) {
 		t.Fatalf("stats %+v, want handled once on the retry", s)
 	}
 }
+
+// Upgrading a consumer from one server filter to several, across a
+// restart of the server (the runner's, from heed.> to its two subjects):
+// the durable keeps its place and takes the new filters.
+func TestConsumeFilterChangeAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	env := eventstest.StartIn(t, dir)
+	bus := env.Bus(t)
+	filters := []string{"heed.run.>", "heed.confirm.*.answered"}
+	noop := func(context.Context, *events.Delivery) ([]events.Event, error) { return nil, nil }
+	c, err := events.Consume(testCtx(t), bus, events.ConsumerConfig{Name: "upgraded", Filters: filters, ServerFilter: "heed.>", Logger: eventstest.Logger(t)}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "up1", "up1-failed", stepFailedData))
+	waitIdle(t, jsOf(t, env), "upgraded")
+	stopConsumer(c)
+	env.Server.Stop()
+
+	env2 := eventstest.StartIn(t, dir)
+	bus2 := env2.Bus(t)
+	var rec recorder
+	consume(t, bus2, events.ConsumerConfig{Name: "upgraded", Filters: filters}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		rec.add(d.Event.ID())
+		return nil, nil
+	})
+	if f := consumerInfo(t, jsOf(t, env2), "upgraded").Config.FilterSubjects; len(f) != 2 {
+		t.Fatalf("server filters after the upgrade: %v, want both", f)
+	}
+	publish(t, bus2, newEvent(t, events.RunStepFailed, "up2", "up2-failed", stepFailedData))
+	waitIdle(t, jsOf(t, env2), "upgraded")
+	if got := rec.seen(); len(got) != 1 || got[0] != "up2-failed" {
+		t.Fatalf("handler saw %v after the upgrade, want only the new event", got)
+	}
+}
