@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -414,9 +415,12 @@ func (c *approvalClient) answerAll(ctx context.Context, confirms []string) ([]ti
 }
 
 // roundTrip answers one confirmation at a time and measures until the
-// requester's subscription sees the run resumed.
-func (c *approvalClient) roundTrip(ctx context.Context, runs, confirms []string) ([]time.Duration, error) {
+// requester's subscription sees the run resumed. It also returns when
+// each one's answer command replied and when it was seen, to break the
+// round trip down by hop (breakdown).
+func (c *approvalClient) roundTrip(ctx context.Context, runs, confirms []string) ([]time.Duration, []tripTimes, error) {
 	var out []time.Duration
+	var times []tripTimes
 	for i, run := range runs {
 		ch := make(chan time.Time, 1)
 		c.mu.Lock()
@@ -424,19 +428,93 @@ func (c *approvalClient) roundTrip(ctx context.Context, runs, confirms []string)
 		c.mu.Unlock()
 		t0 := time.Now()
 		if err := c.answer(ctx, confirms[i]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		replied := time.Now()
 		select {
 		case t := <-ch:
 			out = append(out, t.Sub(t0))
+			times = append(times, tripTimes{run: run, confirm: confirms[i], sent: t0, replied: replied, seen: t})
 		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("run %s: not resumed within 10 s of its answer", run)
+			return nil, nil, fmt.Errorf("run %s: not resumed within 10 s of its answer", run)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out, times, nil
+}
+
+// tripTimes is one round trip as the client saw it.
+type tripTimes struct {
+	run, confirm               string
+	sent, replied, seen        time.Time
+	answerStored, resumeStored time.Time // the stream's timestamps, read after
+}
+
+// breakdown splits round trips by hop with the stream's own timestamps
+// (the server runs on this machine, so its clock is the bench's): the
+// answer command until its event is stored (the router), from there until
+// the run's resumed event is stored (the runner), and from there until the
+// requester's subscription sees it (delivery); and the answer command's
+// reply. It reports the p50 and p99 of each, and which hop the slowest
+// twentieth of the round trips spent most in.
+func breakdown(ctx context.Context, nc *nats.Conn, trips []tripTimes) (string, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", err
+	}
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return "", err
+	}
+	for i := range trips {
+		a, err := s.GetLastMsgForSubject(ctx, events.ConfirmAnswered.Subject(trips[i].confirm))
+		if err != nil {
+			return "", fmt.Errorf("answer of %s: %w", trips[i].confirm, err)
+		}
+		r, err := s.GetLastMsgForSubject(ctx, events.RunResumed.Subject(trips[i].run))
+		if err != nil {
+			return "", fmt.Errorf("resume of %s: %w", trips[i].run, err)
+		}
+		trips[i].answerStored, trips[i].resumeStored = a.Time, r.Time
+	}
+	hops := []struct {
+		name string
+		of   func(t tripTimes) time.Duration
+	}{
+		{"answer stored (router)", func(t tripTimes) time.Duration { return t.answerStored.Sub(t.sent) }},
+		{"resume stored (runner)", func(t tripTimes) time.Duration { return t.resumeStored.Sub(t.answerStored) }},
+		{"seen after stored (core NATS: may be negative)", func(t tripTimes) time.Duration { return t.seen.Sub(t.resumeStored) }},
+		{"answer command's reply", func(t tripTimes) time.Duration { return t.replied.Sub(t.sent) }},
+	}
+	var b strings.Builder
+	for _, h := range hops {
+		var d []time.Duration
+		for _, t := range trips {
+			d = append(d, h.of(t))
+		}
+		slices.Sort(d)
+		fmt.Fprintf(&b, "%s p50 %s p99 %s; ", h.name, micros(percentile(d, 50)), micros(percentile(d, 99)))
+	}
+	slowest := slices.Clone(trips)
+	slices.SortFunc(slowest, func(x, y tripTimes) int { return cmp.Compare(y.seen.Sub(y.sent), x.seen.Sub(x.sent)) })
+	slowest = slowest[:max(len(slowest)/20, 1)]
+	most := map[string]int{}
+	for _, t := range slowest {
+		best, bestD := "", time.Duration(-1)
+		for _, h := range hops[:3] {
+			if d := h.of(t); d > bestD {
+				best, bestD = h.name, d
+			}
+		}
+		most[best]++
+	}
+	fmt.Fprintf(&b, "the slowest %d spent most in:", len(slowest))
+	for _, h := range hops[:3] {
+		fmt.Fprintf(&b, " %s %d", h.name, most[h.name])
+	}
+	return b.String(), nil
 }
 
 // waitSchedules waits until the stream holds at least n confirmation
@@ -562,12 +640,17 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
+	if _, _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
 		return nil, err
 	}
-	rt, err := c.roundTrip(ctx, rtRuns[20:], rtConfirms[20:])
+	rt, trips, err := c.roundTrip(ctx, rtRuns[20:], rtConfirms[20:])
 	if err != nil {
 		return nil, err
+	}
+	split, err := breakdown(ctx, c.nc, trips)
+	if err != nil {
+		env.logf("approval: round trip breakdown: %v", err)
+		split = "—"
 	}
 
 	if err := rest(fmt.Sprintf("before the %s", thousands(int64(env.cfg.pending)))); err != nil {
@@ -631,6 +714,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 			{fmt.Sprintf("single approval round trip, p50 (%d, one at a time)", len(rt)), micros(percentile(rt, 50)), "", ""},
 			{"single approval round trip, p99 (answer → requester sees the run resumed)", micros(percentile(rt, 99)), "≤ 5 ms", passMiss(verdicts[2])},
 			{fmt.Sprintf("… raw JetStream on the same server, one publish → ack, p50 / p99 (%d, one at a time)", len(raw)), micros(percentile(raw, 50)) + " / " + micros(percentile(raw, 99)), "", ""},
+			{"… by hop (stream timestamps)", split, "", ""},
 			{"… round trip against one raw publish, p50 / p99", fmt.Sprintf("%.1f× / %.1f×", ratio(percentile(rt, 50), percentile(raw, 50)), ratio(percentile(rt, 99), percentile(raw, 99))), "", ""},
 			{fmt.Sprintf("open %s more waiting runs", thousands(int64(pend))), fmt.Sprintf("%s runs/s (%s)", thousands(int64(float64(pend)/pendElapsed.Seconds())), pendElapsed.Round(time.Millisecond)), "", ""},
 			{fmt.Sprintf("heed RSS holding %s confirmations pending, at rest (VmRSS; consumers caught up, then %s)", thousands(int64(pend)), restSettle), mb(rssRest), "≤ 150 MB", passMiss(verdicts[4])},
@@ -650,6 +734,7 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		"heed up runs as a child process (bin/heed, fresh data directory, embedded server on a free loopback port); RSS is that process: heed's services and its embedded nats-server together.",
 		"The skill pauses at a confirm step for a person (deadline 1 h), then computes one value. Opening = heed.cmd.run.start until the requester's subscription sees heed.run.<id>.paused; answering = heed.cmd.confirm.answer (method user) until its reply.",
 		"Round trip: one answer at a time, from sending heed.cmd.confirm.answer until a plain subscription on heed.run.*.resumed sees the run resume (20 warm up first).",
+		"By hop: after the round trips the bench reads the stream's timestamps of each answered and resumed event: the router's hop is from sending the answer until its event is stored, the runner's from there until the resume is stored; the requester's subscription is core NATS, which can see the resume before the stream has stored it.",
 		"Raw JetStream: just before the round trips, heed at rest, the bench publishes as many 256-byte messages one at a time (with Nats-Msg-Id) to a scratch file-storage stream on the same server and times each to its ack: the machine's speed in this run, to read the round trip against (the stream is removed after).",
 		"Each phase starts with heed at rest (every consumer of HEED_EVENTS caught up, at most 2 min): "+strings.Join(settled, "; ")+".",
 		"200 runs are opened and approved first to warm up. -approvals, -round-trips, -pending change the counts; -up-pprof ADDR gives heed up a pprof listener (go tool pprof http://ADDR/debug/pprof/profile?seconds=20 while it runs).",
