@@ -3,6 +3,7 @@ package events_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
@@ -134,5 +135,27 @@ func TestPublishAllWithoutFastBatches(t *testing.T) {
 	got := runEvents(t, js, "nb")
 	if len(got) != 3 || got[0].id != "nb-0" || got[1].id != "nb-1" || got[2].id != "nb-2" {
 		t.Fatalf("stored %v, want nb-0, nb-1, nb-2 once each, in order", got)
+	}
+}
+
+// A batch of one commits at once; a batch no stream captures is refused
+// as a publish would be (no responders), not left to time out.
+func TestFastBatchEdges(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	one := nats.NewMsg("heed.run.fe.step.one")
+	one.Header.Set("Nats-Msg-Id", "fe-one")
+	one.Data = []byte(`{}`)
+	start := time.Now()
+	if n, err := events.WriteBatch(testCtx(t), bus, []*nats.Msg{one}); err != nil || n != 1 {
+		t.Fatalf("a batch of one: %d, %v; want 1, nil", n, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a batch of one took %s: its commit did not come", d)
+	}
+	lost := nats.NewMsg("nostream.fe")
+	lost.Data = []byte(`{}`)
+	if _, err := events.WriteBatch(testCtx(t), bus, []*nats.Msg{lost, lost}); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a batch no stream captures: %v, want no responders", err)
 	}
 }

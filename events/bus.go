@@ -149,7 +149,7 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 	// Each round stores a message or fails: a batch that ends early
 	// without a refusal (a message lost on the way) goes on from where it
 	// stopped.
-	for stored < len(msgs) && !b.batch.disabled.Load() {
+	for stored < len(msgs) && !b.batch.off() {
 		n, err := b.batch.write(ctx, msgs[stored:])
 		b.published(evs[stored : stored+n])
 		stored += n

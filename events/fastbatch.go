@@ -32,22 +32,40 @@ import (
 // batch: two round trips and a subscription for a four-event decision.
 // batchWriter keeps one wildcard subscription for the bus's life and waits
 // only for the end.
+//
+// One case where a batch is weaker than publishes one at a time (reviewed,
+// left): on a replicated stream the server counts a message whose id it
+// has proposed but not yet committed as a duplicate, so a retry that meets
+// the first attempt's uncommitted entries is acknowledged whole; if that
+// leader then loses them in a failover, the decision's events are gone
+// although PublishAll returned nil. It needs a timed-out write, its retry
+// within the raft round and a lost leader; the runner's sweep re-decides a
+// run that went quiet from what the log holds.
 
 const (
 	fastBatchStart  = 0
 	fastBatchAppend = 1
 	fastBatchCommit = 2
-	// fastBatchFlow asks the server to acknowledge every this many
-	// messages: more than a decision holds, so the only answers are the
-	// first message's flow ack and the commit's PubAck.
+	// fastBatchFlow is the most messages the server may let pass between
+	// two flow acks. It caps them at 500 and, while several batches are
+	// open on the stream, acknowledges every message: the acks are
+	// informational here (a decision is a few messages, sent at once), so
+	// they are read and dropped.
 	fastBatchFlow = 1000
+	// batchRetryAfter is how long a stream that refused batches is
+	// written one event at a time before batches are tried again (another
+	// service may update its configuration meanwhile).
+	batchRetryAfter = time.Minute
 )
 
 // batchWriter writes fast batches over one connection.
 type batchWriter struct {
-	nc       *nats.Conn
-	inbox    string
-	disabled atomic.Bool // the stream does not allow batches (provisioned by an older heed)
+	nc    *nats.Conn
+	inbox string
+	// offUntil (unix ns): until then the stream is written one event at a
+	// time: it refused batches (provisioned by an older heed, or a server
+	// older than 2.14).
+	offUntil atomic.Int64
 
 	mu      sync.Mutex
 	sub     *nats.Subscription
@@ -58,8 +76,9 @@ type batchWriter struct {
 type pendingBatch struct {
 	done chan struct{}
 	once sync.Once
-	// Set before done is closed:
+	// Set under the writer's lock; ack, err before done is closed:
 	ack     *batchAck
+	err     error               // an answer that is not JetStream's (no responders)
 	flowErr *jetstream.APIError // the message the batch stopped at, and why
 }
 
@@ -95,6 +114,9 @@ var errBatchUnsupported = errors.New("fast batch publish not enabled on the stre
 // early without a refusal (a message lost on the way: the server saw a
 // gap); the caller sends the rest again.
 func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if err := w.subscribe(); err != nil {
 		return 0, err
 	}
@@ -112,10 +134,10 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 	for i, msg := range msgs {
 		op := fastBatchAppend
 		switch {
+		case i == len(msgs)-1: // first: a batch of one commits at once
+			op = fastBatchCommit
 		case i == 0:
 			op = fastBatchStart
-		case i == len(msgs)-1:
-			op = fastBatchCommit
 		}
 		out := *msg
 		out.Reply = prefix + strconv.Itoa(i+1) + "." + strconv.Itoa(op) + ".$FI"
@@ -133,22 +155,40 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 	case <-ctx.Done():
 		return 0, fmt.Errorf("no acknowledgement of the batch: %w", ctx.Err())
 	}
-	if p.ack.Error != nil {
-		if p.ack.Error.ErrorCode == jetstream.ErrorCode(jsErrCodeBatchPublishDisabled) {
-			w.disabled.Store(true)
+	w.mu.Lock()
+	ack, answerErr, flowErr := p.ack, p.err, p.flowErr
+	w.mu.Unlock()
+	if answerErr != nil {
+		return 0, answerErr
+	}
+	if ack.Error != nil {
+		if ack.Error.ErrorCode == jetstream.ErrorCode(jsErrCodeBatchPublishDisabled) {
+			w.offUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
 			return 0, errBatchUnsupported
 		}
-		return 0, p.ack.Error
+		// What of the batch the stream took before it refused is not
+		// said: the caller's retry writes it again, and the stream drops
+		// what it has (deterministic ids).
+		return 0, ack.Error
 	}
-	n := int(p.ack.Count)
+	if ack.Batch != id {
+		// A server that does not know the protocol (before 2.14) stored
+		// the messages as plain publishes and acknowledged the first.
+		w.offUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
+		return 0, errBatchUnsupported
+	}
+	n := int(ack.Count)
 	if n > len(msgs) {
 		n = len(msgs)
 	}
-	if n < len(msgs) && p.flowErr != nil {
-		return n, p.flowErr
+	if n < len(msgs) && flowErr != nil {
+		return n, flowErr
 	}
 	return n, nil
 }
+
+// off reports whether batches are not to be tried now.
+func (w *batchWriter) off() bool { return time.Now().UnixNano() < w.offUntil.Load() }
 
 // jsErrCodeBatchPublishDisabled is nats-server's JSBatchPublishDisabledErr.
 const jsErrCodeBatchPublishDisabled = 10205
@@ -178,6 +218,16 @@ func (w *batchWriter) answer(m *nats.Msg) {
 	w.mu.Unlock()
 	if p == nil {
 		return // an answer after the batch ended (the rest of a batch the server stopped)
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		// No stream captures the subject: nats.go's own answer.
+		p.once.Do(func() {
+			w.mu.Lock()
+			p.err, p.ack = nats.ErrNoResponders, &batchAck{}
+			w.mu.Unlock()
+			close(p.done)
+		})
+		return
 	}
 	var flow batchFlow
 	if err := json.Unmarshal(m.Data, &flow); err == nil && flow.Type != "" {
