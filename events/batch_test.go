@@ -1,7 +1,10 @@
 package events_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,10 +115,13 @@ func TestFastBatchStopsAtTheFirstRefusal(t *testing.T) {
 }
 
 // On a stream that does not allow fast batches (provisioned by a heed
-// before them), PublishAll writes the events one after the other.
+// before them), PublishAll writes the events one after the other, and
+// says so once.
 func TestPublishAllWithoutFastBatches(t *testing.T) {
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
+	var logged bytes.Buffer
+	bus.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
 	js := bus.JetStream()
 	cfg := events.DefaultTopology().EventStreamConfig()
 	cfg.AllowBatchPublish = false
@@ -135,6 +141,9 @@ func TestPublishAllWithoutFastBatches(t *testing.T) {
 	got := runEvents(t, js, "nb")
 	if len(got) != 3 || got[0].id != "nb-0" || got[1].id != "nb-1" || got[2].id != "nb-2" {
 		t.Fatalf("stored %v, want nb-0, nb-1, nb-2 once each, in order", got)
+	}
+	if n := strings.Count(logged.String(), "level=WARN"); n != 1 || !strings.Contains(logged.String(), "allow_batched") {
+		t.Fatalf("the log says (%d warnings, want 1 naming allow_batched):\n%s", n, logged.String())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -29,6 +30,10 @@ func NewBus(nc *nats.Conn, codec *Codec, opts ...jetstream.JetStreamOpt) (*Bus, 
 	}
 	return &Bus{nc: nc, js: js, codec: codec, batch: newBatchWriter(nc)}, nil
 }
+
+// SetLogger gives the bus a logger for what an operator should hear of
+// its writes (a stream that refuses fast batches); call it before use.
+func (b *Bus) SetLogger(log *slog.Logger) { b.batch.log.Store(log) }
 
 // Conn is the bus's NATS connection.
 func (b *Bus) Conn() *nats.Conn { return b.nc }

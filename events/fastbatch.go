@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ const (
 type batchWriter struct {
 	nc    *nats.Conn
 	inbox string
+	log   atomic.Pointer[slog.Logger] // says when batches are turned off; nil: silent
 	// offUntil (unix ns): until then the stream is written one event at a
 	// time: it refused batches (provisioned by an older heed, or a server
 	// older than 2.14).
@@ -163,7 +165,7 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 	}
 	if ack.Error != nil {
 		if ack.Error.ErrorCode == jetstream.ErrorCode(jsErrCodeBatchPublishDisabled) {
-			w.offUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
+			w.turnOff(msgs[0].Subject, "the stream does not allow fast batches (allow_batched off: provisioned by an older heed)")
 			return 0, errBatchUnsupported
 		}
 		// What of the batch the stream took before it refused is not
@@ -174,7 +176,7 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 	if ack.Batch != id {
 		// A server that does not know the protocol (before 2.14) stored
 		// the messages as plain publishes and acknowledged the first.
-		w.offUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
+		w.turnOff(msgs[0].Subject, "the server does not speak fast batch publishing (nats-server before 2.14)")
 		return 0, errBatchUnsupported
 	}
 	n := int(ack.Count)
@@ -185,6 +187,16 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 		return n, flowErr
 	}
 	return n, nil
+}
+
+// turnOff writes one event at a time for batchRetryAfter, and says so:
+// correct, but a round trip per event, which an operator should know.
+func (w *batchWriter) turnOff(subject, why string) {
+	w.offUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
+	if log := w.log.Load(); log != nil {
+		log.Warn("writing each event once the one before it is stored, not a decision's events in one round trip: "+why+"; upgrade nats-server to 2.14 or later and let a service of this version provision the stream",
+			"subject", subject, "retry_in", batchRetryAfter)
+	}
 }
 
 // off reports whether batches are not to be tried now.

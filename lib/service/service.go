@@ -114,6 +114,7 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 		checks: map[string]func() any{}, watch: map[string]*watched{}, done: make(chan struct{})}
 	rt.hcfg.defaults()
 	bus.SetObserver(observer{Metrics: rt.Metrics, rt: rt})
+	bus.SetLogger(log)
 	go rt.pollLoop()
 	return rt, nil
 }
