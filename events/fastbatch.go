@@ -84,21 +84,14 @@ type pendingBatch struct {
 	flowErr *jetstream.APIError // the message the batch stopped at, and why
 }
 
-// batchAck is the server's final answer to a batch: a PubAck with the
-// batch's id and count, or an error.
+// batchAck is one of the server's answers to a batch, read once: an
+// informational one has a type (ack, gap, err: the message it stopped at
+// and why); the final one is a PubAck with the batch's id and count, or
+// an error.
 type batchAck struct {
-	Stream    string              `json:"stream"`
-	Seq       uint64              `json:"seq"`
-	Duplicate bool                `json:"duplicate,omitempty"`
-	Batch     string              `json:"batch,omitempty"`
-	Count     uint64              `json:"count,omitempty"`
-	Error     *jetstream.APIError `json:"error,omitempty"`
-}
-
-// batchFlow is one of the server's informational answers.
-type batchFlow struct {
-	Type  string              `json:"type"` // ack, gap, err
-	Seq   uint64              `json:"seq"`
+	Type  string              `json:"type,omitempty"`
+	Batch string              `json:"batch,omitempty"`
+	Count uint64              `json:"count,omitempty"`
 	Error *jetstream.APIError `json:"error,omitempty"`
 }
 
@@ -241,20 +234,19 @@ func (w *batchWriter) answer(m *nats.Msg) {
 		})
 		return
 	}
-	var flow batchFlow
-	if err := json.Unmarshal(m.Data, &flow); err == nil && flow.Type != "" {
-		if flow.Type == "err" && flow.Error != nil {
+	var ack batchAck
+	if err := json.Unmarshal(m.Data, &ack); err != nil {
+		ack = batchAck{Error: &jetstream.APIError{Code: 500, Description: "unreadable batch acknowledgement: " + err.Error()}}
+	}
+	if ack.Type != "" {
+		if ack.Type == "err" && ack.Error != nil {
 			w.mu.Lock()
 			if p.flowErr == nil {
-				p.flowErr = flow.Error
+				p.flowErr = ack.Error
 			}
 			w.mu.Unlock()
 		}
 		return
-	}
-	var ack batchAck
-	if err := json.Unmarshal(m.Data, &ack); err != nil {
-		ack.Error = &jetstream.APIError{Code: 500, Description: "unreadable batch acknowledgement: " + err.Error()}
 	}
 	p.once.Do(func() {
 		w.mu.Lock()
