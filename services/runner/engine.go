@@ -160,6 +160,18 @@ func (e *engine) forget(id string) {
 	e.mu.Unlock()
 }
 
+// knows reports whether this process has handled an event of run id and
+// still keeps it: cached, parked, finished or handled lately.
+func (e *engine) knows(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, running := e.runs[id]
+	_, parked := e.parked[id]
+	_, finished := e.finished[id]
+	_, handled := e.handled[id]
+	return running || parked || finished || handled
+}
+
 // touch notes that an event of run id was handled now.
 func (e *engine) touch(id string, now time.Time) {
 	e.mu.Lock()
@@ -348,9 +360,10 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
 		return false, nil
 	}
-	// The verdict alone: read from literal subjects, which the server
-	// finds from its subject index instead of walking the log.
-	st, err := confirmation.LoadVerdictsAt(ctx, e.bus, d.Event.Subject(), d.Seq)
+	// The verdict alone: one read when the answer's guard proves it came
+	// right after the question, else reads of literal subjects, which the
+	// server finds from its subject index instead of walking the log.
+	st, err := confirmation.LoadAnswerVerdict(ctx, e.bus, d.Event.Subject(), d.Event, d.Seq, d.Header())
 	if events.CodeOf(err) == events.CodeNotFound {
 		return false, nil // an answer before its question: refused
 	}

@@ -152,7 +152,13 @@ func (e *engine) answered(ctx context.Context, cids []string) (map[string]bool, 
 // server answers up to 1,024 messages a request).
 const answerLookBatch = 256
 
-// activeFromIndex adds the runs the index says are not over.
+// activeFromIndex adds the runs the index says are not over and this
+// process has never seen: those a runner that started (or took over
+// another's runs) does not know of. A run it knows is in ids already when
+// it is quiet; one it handled within the quiet period, or saw end, is not
+// to be read (the first sweep of a busy runner read every run it had just
+// opened, a full history read each: seconds of the server's CPU in the
+// middle of its work).
 func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) error {
 	kv, err := e.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -176,7 +182,7 @@ func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) err
 		}
 		switch x.Status {
 		case "requested", "running", "paused":
-			if _, ok := ids[x.ID]; !ok && x.Driver != "agent" {
+			if _, ok := ids[x.ID]; !ok && x.Driver != "agent" && !e.knows(x.ID) {
 				ids[x.ID] = ""
 			}
 		}

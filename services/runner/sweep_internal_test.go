@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDrivenIDsLeavesOutRunsHandledLately: the sweep and the abandon check
@@ -135,5 +137,46 @@ func TestSweepOfAParkedRunReadsItsAnswers(t *testing.T) {
 	}
 	if !slices.Contains(types, "heed.run."+id+".resumed") || !r.Terminal() {
 		t.Fatalf("the sweep did not resume the answered run: %v", types)
+	}
+}
+
+// TestFirstSweepReadsOnlyUnseenRuns: the first sweep adds the runs the
+// index says are not over and this process has never seen; the runs it
+// handled lately, cached or finished are not read (a busy runner's first
+// sweep read every run it had just opened).
+func TestFirstSweepReadsOnlyUnseenRuns(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := bus.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: readmodel.IndexBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"busy", "quiet", "parked", "ended", "unseen", "agents"} {
+		driver := "runner"
+		if id == "agents" {
+			driver = "agent"
+		}
+		v := fmt.Sprintf(`{"value":{"id":%q,"kind":"run","status":"paused","driver":%q}}`, id, driver)
+		if _, err := kv.Put(ctx, readmodel.IndexKey("run", id), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEngine(bus, &tool.Invoker{Registry: &tool.Registry{}}, eventstest.Logger(t), 5*time.Second)
+	now := time.Now()
+	e.runs["busy"], e.runs["quiet"] = runstate.New("busy"), runstate.New("quiet")
+	e.touch("busy", now)
+	e.touch("quiet", now.Add(-time.Minute))
+	e.parked["parked"] = "parked-s0-a1"
+	e.touch("parked", now)
+	e.done(runstate.New("ended"))
+	ids := e.drivenIDs(now.Add(-30 * time.Second))
+	if err := e.activeFromIndex(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(ids))
+	if want := []string{"quiet", "unseen"}; !slices.Equal(got, want) {
+		t.Fatalf("runs the first sweep reads: %v, want %v", got, want)
 	}
 }
