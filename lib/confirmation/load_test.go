@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// TestLoadVerdictsAgreesWithLoad: reading only the requests, expiries and
-// answers from their literal subjects judges every answer as reading the
-// whole confirmation does, among other confirmations' events, a
-// delegation, an expiry, garbage and an answer before the question.
+// TestLoadVerdictsAgreesWithLoad: reading only the requests, expiries,
+// answers and refusals from their literal subjects judges every answer
+// (and knows every refusal reported) as reading the whole confirmation
+// does, among other confirmations' events, a delegation, an expiry,
+// garbage and an answer before the question.
 func TestLoadVerdictsAgreesWithLoad(t *testing.T) {
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
@@ -50,6 +52,7 @@ func TestLoadVerdictsAgreesWithLoad(t *testing.T) {
 	for i := range 50 {
 		answer(fmt.Sprintf("other%d", i), fmt.Sprintf("other%d/a", i), "yes", events.MethodUser)
 	}
+	pub(events.ConfirmRefused, "c1", "c1/refused/bad-choice", events.ConfirmRefusedData{AnswerID: "bad-choice", AnswerSeq: 1, Choice: "maybe", Method: events.MethodUser, By: "someone", Code: confirmation.RefusedChoice, Reason: "not an option"})
 	pub(events.ConfirmExpired, "c1", "c1/expired", events.ConfirmExpiredData{Deadline: at, Default: "no"})
 	answer("c1", "after-expiry", "yes", events.MethodUser)
 	answer("c1", "timeout", "no", events.MethodTimeout)
@@ -80,6 +83,9 @@ func TestLoadVerdictsAgreesWithLoad(t *testing.T) {
 		if g.Seq != a.Seq || g.EventID != a.EventID || code(g.Refusal) != code(a.Refusal) {
 			t.Errorf("answer %d: LoadVerdicts %d %s %s, Load %d %s %s", i, g.Seq, g.EventID, code(g.Refusal), a.Seq, a.EventID, code(a.Refusal))
 		}
+	}
+	if !full.Reported["bad-choice"] || !maps.Equal(got.Reported, full.Reported) {
+		t.Errorf("refusals reported: LoadVerdicts %v, Load %v; want bad-choice", got.Reported, full.Reported)
 	}
 	if _, err := confirmation.LoadVerdicts(ctx, bus, "nothing"); events.CodeOf(err) != events.CodeNotFound {
 		t.Errorf("a confirmation never asked: %v, want not_found", err)

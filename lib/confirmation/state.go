@@ -200,10 +200,12 @@ func Load(ctx context.Context, bus *events.Bus, id string) (*State, error) {
 
 // LoadVerdicts reads what judging a confirmation's answers needs and
 // nothing else: its requests, expiries and answers (the only events the
-// gate folds), each from its own literal subject, merged in log order.
-// The verdicts, the winner and the request are those Load gives; LastSeq
-// is not the confirmation's last message (delegations and refusals are
-// not read), so a writer's expected-sequence guard must come from Load.
+// gate folds) and the refusals already reported, each from its own
+// literal subject, merged in log order. The verdicts, the winner, the
+// request and Reported are those Load gives; LastSeq is not the
+// confirmation's last message (delegations are not read, and the reads
+// are not one snapshot of the log), so a writer's expected-sequence guard
+// must come from Load.
 //
 // It exists for the cost on the server: a direct get of a literal subject
 // finds its messages from the subject index, where the wildcard
@@ -213,7 +215,7 @@ func LoadVerdicts(ctx context.Context, bus *events.Bus, id string) (*State, erro
 	if !events.ValidID(id) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid confirmation id", id)
 	}
-	types := []events.Type{events.ConfirmRequested, events.ConfirmExpired, events.ConfirmAnswered}
+	types := []events.Type{events.ConfirmRequested, events.ConfirmExpired, events.ConfirmAnswered, events.ConfirmRefused}
 	msgs := make([][]events.RawMsg, len(types))
 	errs := make([]error, len(types))
 	var wg sync.WaitGroup

@@ -281,8 +281,13 @@ func (r *router) preference(ctx context.Context, req *events.ConfirmRequestedDat
 // is read from the log.
 func (r *router) judge(ctx context.Context, id string, d *events.Delivery, st *confirmation.State) ([]events.Event, error) {
 	if st == nil {
+		// Only the verdicts: read from literal subjects, which the server
+		// finds from its subject index. The wildcard of Load walks the log
+		// from the question to the answer, a confirmation asked long ago
+		// (one of more than the router keeps, or after a restart) a block
+		// of messages or more at each read.
 		var err error
-		st, err = confirmation.LoadAt(ctx, r.bus, id, d.Seq)
+		st, err = confirmation.LoadVerdictsAt(ctx, r.bus, id, d.Seq)
 		if err != nil && events.CodeOf(err) != events.CodeNotFound {
 			return nil, err
 		}

@@ -179,7 +179,7 @@ func (e *escalator) onConfirmation(ctx context.Context, confirmID string, seq ui
 		// get on an R3 stream may be answered by a replica behind the
 		// log, and an answer not seen here would be left for the tier's
 		// deadline to escalate.
-		cs, err := confirmation.LoadAt(ctx, e.bus, confirmID, seq)
+		cs, err := confirmation.LoadVerdictsAt(ctx, e.bus, confirmID, seq)
 		if err != nil {
 			if events.CodeOf(err) == events.CodeNotFound {
 				return nil
