@@ -11,7 +11,8 @@ import (
 )
 
 // LoadAnswerVerdict is LoadVerdictsAt for a reader that was delivered the
-// answer ev (stored at seq, with the headers it was stored with): the
+// answer ev to confirmation ev.Subject() (stored at seq, with the headers
+// it was stored with): the
 // state a judgment of that answer needs, in one read when the log proves
 // the answer was the first message on the confirmation after its
 // request, in the reads LoadVerdictsAt makes otherwise.
@@ -26,17 +27,18 @@ import (
 // So the gate at the answer is the request's alone, and the verdict is
 // the one a full read gives. Anything else (no guard, another subject in
 // it, a request that is not at S, a read that fails) takes the full read.
-func LoadAnswerVerdict(ctx context.Context, bus *events.Bus, id string, ev *events.Event, seq uint64, hdr nats.Header) (*State, error) {
-	if st := answerAfterRequest(ctx, bus, id, ev, seq, hdr); st != nil {
+func LoadAnswerVerdict(ctx context.Context, bus *events.Bus, ev *events.Event, seq uint64, hdr nats.Header) (*State, error) {
+	if st := answerAfterRequest(ctx, bus, ev, seq, hdr); st != nil {
 		return st, nil
 	}
-	return LoadVerdictsAt(ctx, bus, id, seq)
+	return LoadVerdictsAt(ctx, bus, ev.Subject(), seq)
 }
 
 // answerAfterRequest is LoadAnswerVerdict's one-read path; nil when the
 // log does not prove its case.
-func answerAfterRequest(ctx context.Context, bus *events.Bus, id string, ev *events.Event, seq uint64, hdr nats.Header) *State {
-	if events.Type(ev.Type()) != events.ConfirmAnswered || hdr == nil || !events.ValidID(id) {
+func answerAfterRequest(ctx context.Context, bus *events.Bus, ev *events.Event, seq uint64, hdr nats.Header) *State {
+	id := ev.Subject()
+	if events.Type(ev.Type()) != events.ConfirmAnswered || !events.ValidID(id) {
 		return nil
 	}
 	if hdr.Get(jetstream.ExpectedLastSubjSeqSubjHeader) != events.SubjectFilter("confirm", id) {

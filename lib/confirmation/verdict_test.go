@@ -90,10 +90,10 @@ func TestLoadAnswerVerdict(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := answerAfterRequest(ctx, bus, id, ev, seq, raw.Header) != nil; got != tc.fast {
+			if got := answerAfterRequest(ctx, bus, ev, seq, raw.Header) != nil; got != tc.fast {
 				t.Errorf("judged from one read: %v, want %v", got, tc.fast)
 			}
-			st, err := LoadAnswerVerdict(ctx, bus, id, ev, seq, raw.Header)
+			st, err := LoadAnswerVerdict(ctx, bus, ev, seq, raw.Header)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -363,7 +363,7 @@ func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery)
 	// The verdict alone: one read when the answer's guard proves it came
 	// right after the question, else reads of literal subjects, which the
 	// server finds from its subject index instead of walking the log.
-	st, err := confirmation.LoadAnswerVerdict(ctx, e.bus, d.Event.Subject(), d.Event, d.Seq, d.Header())
+	st, err := confirmation.LoadAnswerVerdict(ctx, e.bus, d.Event, d.Seq, d.Header())
 	if events.CodeOf(err) == events.CodeNotFound {
 		return false, nil // an answer before its question: refused
 	}
