@@ -2,6 +2,7 @@ package escalator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -49,29 +50,35 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 	data.Requester = actor(data.Requester, data.Session)
 	id := req.ID
 	if id == "" {
-		// A new id: nothing to read (its write is still guarded by "no
-		// earlier event", so a clash could not go unnoticed).
 		id = "esc-" + strings.ToLower(ulid.Make().String())
-		st, err := e.processFrom(ctx, id, Cause{Request: &data}, escalation.New(id))
+	}
+	defer e.inflight.start(id)()
+	cause := Cause{Request: &data}
+	// Most requests are new, also those that name their id: decide from
+	// nothing and write, the first write guarded by "no earlier event"
+	// (a new id could not clash unnoticed either). A request whose id the
+	// log holds already loses that race and is read below, as does one
+	// whose later writes another escalator's consumer made first.
+	st, err := e.attempt(ctx, id, cause, escalation.New(id))
+	if !errors.Is(err, events.ErrStaleRead) {
 		if err != nil {
 			return nil, err
 		}
-		// processFrom succeeded: every write the request called for is
-		// in the log (see escalator.routed).
+		// Every write the request called for is in the log (see
+		// escalator.routed).
 		if st.Routed != nil {
 			e.routed.add(id)
 		}
 		return reply(st), nil
 	}
-	st, err := e.load(ctx, id)
-	if err != nil {
+	if st, err = e.load(ctx, id); err != nil {
 		return nil, err
 	}
 	if st.Status != "" && !reflect.DeepEqual(canonical(st.Request), canonical(data)) {
 		return nil, events.Errorf(events.CodeConflict, "escalation %s exists with other content (session %s, operation %s)", id, st.Request.Session, st.Request.Operation)
 	}
 	if st.Status == "" || st.Routed == nil {
-		if st, err = e.processFrom(ctx, id, Cause{Request: &data}, st); err != nil {
+		if st, err = e.processFrom(ctx, id, cause, st); err != nil {
 			return nil, err
 		}
 		if st.Routed != nil {

@@ -55,7 +55,21 @@ type Cause struct {
 // for. It is pure: a restart reading the same log decides the same events
 // with the same ids, so nothing is written twice.
 func Decide(rs *Rules, st *command.EscalationState, c Cause, f Facts) ([]events.Event, error) {
+	out, _, err := decide(rs, st, c, f)
+	return out, err
+}
+
+// decide is Decide that also returns the state once its events are folded
+// in (folded from their encoded data, as a read of the log would; its Seq
+// is st's: the writes give theirs).
+func decide(rs *Rules, st *command.EscalationState, c Cause, f Facts) ([]events.Event, *command.EscalationState, error) {
 	d := &decision{rs: rs, st: cloneState(st), f: f}
+	out, err := d.run(c)
+	return out, d.st, err
+}
+
+func (d *decision) run(c Cause) ([]events.Event, error) {
+	rs, st, f := d.rs, d.st, d.f
 	if st.Decided != nil {
 		return nil, nil
 	}
@@ -80,13 +94,18 @@ func Decide(rs *Rules, st *command.EscalationState, c Cause, f Facts) ([]events.
 	// holds the route without its decision (a crash between the two, or
 	// a reader that read between them): never offered, never a final
 	// action.
+	// (The decision is made before d.out is read: Go leaves the order of
+	// a field read and a call in one return list unspecified.)
 	switch r := d.st.Routed; r.Decision {
 	case events.RouteAutoApprove, events.RouteConditionalApprove:
-		return d.out, d.decide(events.EscalationApproved, events.EscMethodRule, Actor, "", r.Reason, nil)
+		err := d.decide(events.EscalationApproved, events.EscMethodRule, Actor, "", r.Reason, nil)
+		return d.out, err
 	case events.RouteCachedApprove:
-		return d.out, d.decide(events.EscalationApproved, events.EscMethodCache, Actor, "", r.Reason, nil)
+		err := d.decide(events.EscalationApproved, events.EscMethodCache, Actor, "", r.Reason, nil)
+		return d.out, err
 	case events.RouteDeny:
-		return d.out, d.decide(events.EscalationDenied, events.EscMethodRule, Actor, "", r.Reason, nil)
+		err := d.decide(events.EscalationDenied, events.EscMethodRule, Actor, "", r.Reason, nil)
+		return d.out, err
 	}
 	if c.ConfirmID != "" {
 		if err := d.answer(c); err != nil {

@@ -8,10 +8,10 @@ package escalator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +57,9 @@ type escalator struct {
 	// (deciding a routed request again writes nothing), so it is not
 	// read from the log again.
 	routed *recentSet
+	// inflight: requests the command is deciding now; the consumer's
+	// copy waits for it, then finds it in routed (or finishes it).
+	inflight *inflight
 }
 
 // Run runs the escalator until ctx is done.
@@ -81,7 +84,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	if o.PresenceTimeout <= 0 {
 		o.PresenceTimeout = DefaultPresenceTimeout
 	}
-	e := &escalator{rs: rs, bus: rt.Bus, nc: rt.Conn, log: rt.Log, cache: cache, held: newHeldIndex(rs.Session.MaxHeld), m: newMetrics(rt.Metrics), presence: o.PresenceTimeout, now: time.Now, routed: newRecentSet(8192)}
+	e := &escalator{rs: rs, bus: rt.Bus, nc: rt.Conn, log: rt.Log, cache: cache, held: newHeldIndex(rs.Session.MaxHeld), m: newMetrics(rt.Metrics), presence: o.PresenceTimeout, now: time.Now, routed: newRecentSet(8192), inflight: newInflight()}
 	// The held index starts from the projection, which the projector then
 	// carries on from the position it stopped at.
 	if err := e.held.load(ctx, rt.Bus.JetStream()); err != nil {
@@ -151,10 +154,14 @@ func (e *escalator) resume(ctx context.Context) {
 func (e *escalator) routes() *events.Routes {
 	r := events.NewRoutes()
 	events.On(r, events.EscalationRequested, func(ctx context.Context, d *events.Delivery, req *events.EscalationRequestedData) ([]events.Event, error) {
-		if e.routed.has(d.Event.Subject()) {
+		id := d.Event.Subject()
+		if err := e.inflight.wait(ctx, id); err != nil {
+			return nil, err
+		}
+		if e.routed.has(id) {
 			return nil, nil
 		}
-		_, err := e.process(ctx, d.Event.Subject(), Cause{Request: req})
+		_, err := e.process(ctx, id, Cause{Request: req})
 		return nil, err
 	})
 	events.On(r, events.ConfirmAnswered, func(ctx context.Context, d *events.Delivery, _ *events.ConfirmAnsweredData) ([]events.Event, error) {
@@ -234,94 +241,104 @@ func (e *escalator) processFrom(ctx context.Context, id string, c Cause, known *
 				return nil, err
 			}
 		}
-		var asked time.Duration // the presence check is an effect, not deciding
-		start := time.Now()
-		evs, err := Decide(e.rs, st, c, e.facts(ctx, &asked))
-		if err != nil {
-			return nil, err
-		}
-		e.m.decideLat.Observe((time.Since(start) - asked).Seconds())
-		// The escalation's events first, the first of them guarded: a
-		// decider that lost a race (another process, or the command and
-		// the consumer on one request) writes nothing, not even a
-		// confirmation nobody would act on. The offer's confirmation
-		// follows, written only if it does not exist yet (after a crash it
-		// may), so it comes a write after its offered event.
-		// The first write is guarded and waited for; the rest of the
-		// escalation's events follow it in order.
-		var mine []*events.Event
-		for i := range evs {
-			if events.Type(evs[i].Type()).Kind() == "escalation" {
-				mine = append(mine, &evs[i])
-			}
-		}
-		written := func(ev *events.Event, ack *jetstream.PubAck) error {
-			if ack.Duplicate {
-				// Another decider wrote this id first, perhaps with other
-				// content (it read the log at another moment): what
-				// stands is the log's, so stop here, read it and decide
-				// again from it instead of trusting what was decided here.
-				return fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
-			}
-			if err := escalation.Apply(st, ev, ack.Sequence); err != nil {
-				return err
-			}
-			e.count(ev)
-			return nil
-		}
-		if len(mine) > 0 {
-			ack, err := e.bus.Publish(ctx, mine[0], events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
-			if err != nil {
-				return nil, err
-			}
-			if err := written(mine[0], ack); err != nil {
-				return nil, err
-			}
-			// The rest in order, each once the one before it is stored (as
-			// events.Bus.PublishAll): pipelined, one the stream did not
-			// take during a failover would be stored after the ones
-			// behind it when retried.
-			for _, ev := range mine[1:] {
-				ack, err := e.bus.Publish(ctx, ev)
-				if err != nil {
-					return nil, err
-				}
-				if err := written(ev, ack); err != nil {
-					return nil, err
-				}
-			}
-		}
-		for i := range evs {
-			ev := &evs[i]
-			if events.Type(ev.Type()).Kind() == "escalation" {
-				continue
-			}
-			if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
-				return nil, err
-			}
-		}
-		e.held.set(st)
-		e.m.held.Set(float64(e.held.count()))
-		return st, nil
+		return e.attempt(ctx, id, c, st)
 	})
 }
 
-func (e *escalator) count(ev *events.Event) {
+// attempt decides from st and writes what it decided, once: a race lost
+// (the log holds more than st) is an error wrapping events.ErrStaleRead.
+func (e *escalator) attempt(ctx context.Context, id string, c Cause, st *command.EscalationState) (*command.EscalationState, error) {
+	var asked time.Duration // the presence check is an effect, not deciding
+	start := time.Now()
+	evs, next, err := decide(e.rs, st, c, e.facts(ctx, &asked))
+	if err != nil {
+		return nil, err
+	}
+	e.m.decideLat.Observe((time.Since(start) - asked).Seconds())
+	// The escalation's events first, the first of them guarded: a
+	// decider that lost a race (another process, or the command and
+	// the consumer on one request) writes nothing, not even a
+	// confirmation nobody would act on. The offer's confirmation
+	// follows, written only if it does not exist yet (after a crash it
+	// may), so it comes a write after its offered event.
+	// The first write is guarded and waited for; the rest of the
+	// escalation's events follow it in order.
+	var mine []*events.Event
+	for i := range evs {
+		if events.Type(evs[i].Type()).Kind() == "escalation" {
+			mine = append(mine, &evs[i])
+		}
+	}
+	written := func(ev *events.Event, ack *jetstream.PubAck) error {
+		if ack.Duplicate {
+			// Another decider wrote this id first, perhaps with other
+			// content (it read the log at another moment): what
+			// stands is the log's, so stop here, read it and decide
+			// again from it instead of trusting what was decided here.
+			return fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
+		}
+		// next has every event folded in already; the log gives the
+		// sequence.
+		next.Seq = max(next.Seq, ack.Sequence)
+		e.count(ev, next)
+		return nil
+	}
+	if len(mine) > 0 {
+		ack, err := e.bus.Publish(ctx, mine[0], events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
+		if err != nil {
+			return nil, err
+		}
+		if err := written(mine[0], ack); err != nil {
+			return nil, err
+		}
+		// The rest in order, each once the one before it is stored (as
+		// events.Bus.PublishAll): pipelined, one the stream did not
+		// take during a failover would be stored after the ones
+		// behind it when retried.
+		for _, ev := range mine[1:] {
+			ack, err := e.bus.Publish(ctx, ev)
+			if err != nil {
+				return nil, err
+			}
+			if err := written(ev, ack); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range evs {
+		ev := &evs[i]
+		if events.Type(ev.Type()).Kind() == "escalation" {
+			continue
+		}
+		if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
+			return nil, err
+		}
+	}
+	e.held.set(next)
+	e.m.held.Set(float64(e.held.count()))
+	return next, nil
+}
+
+// count counts a written event in the metrics, its labels from st (the
+// state with it folded in: no second decoding of its data).
+func (e *escalator) count(ev *events.Event, st *command.EscalationState) {
 	switch events.Type(ev.Type()) {
 	case events.EscalationRouted:
-		var d events.EscalationRoutedData
-		_ = json.Unmarshal(ev.Data(), &d)
-		e.m.routed.WithLabelValues(d.Decision).Inc()
+		if st.Routed != nil {
+			e.m.routed.WithLabelValues(st.Routed.Decision).Inc()
+		}
 	case events.EscalationOffered:
 		e.m.offers.Inc()
 	case events.EscalationEscalated:
-		var d events.EscalationEscalatedData
-		_ = json.Unmarshal(ev.Data(), &d)
-		e.m.escalated.WithLabelValues(d.Reason).Inc()
+		// Its id ends in its escalation count.
+		n := ev.ID()[strings.LastIndexByte(ev.ID(), '/')+1:]
+		if i, err := strconv.Atoi(n); err == nil && i >= 1 && i <= len(st.Escalations) {
+			e.m.escalated.WithLabelValues(st.Escalations[i-1].Reason).Inc()
+		}
 	case events.EscalationDecided:
-		var d events.EscalationDecidedData
-		_ = json.Unmarshal(ev.Data(), &d)
-		e.m.decided.WithLabelValues(d.Decision, d.Method).Inc()
+		if st.Decided != nil {
+			e.m.decided.WithLabelValues(st.Decided.Decision, st.Decided.Method).Inc()
+		}
 	}
 }
 
