@@ -32,6 +32,15 @@ type Delivery struct {
 	Delivered uint64    // delivery count, 1 on the first delivery
 	Stored    time.Time // when the stream stored it
 
+	// afterPrevious: the consumer delivered nothing to any other process
+	// between this process's previous delivery and this one (its consumer
+	// sequence follows on). With one event in flight, it means no other
+	// process handled an event of this consumer in between.
+	afterPrevious bool
+	// behind is how many messages the consumer had left to deliver
+	// after this one when it was delivered.
+	behind uint64
+
 	c       *Consumer
 	mu      sync.Mutex
 	msg     jetstream.Msg // the latest delivery of the message (see adopt)
@@ -234,7 +243,10 @@ type Consumer struct {
 	held    sync.WaitGroup // held deliveries
 
 	handled, dead, retried, skipped atomic.Uint64
-	stopOnce                        sync.Once
+	// lastDelivery is the consumer sequence of the last message this
+	// process received (see Delivery.afterPrevious).
+	lastDelivery atomic.Uint64
+	stopOnce     sync.Once
 
 	// inflight counts, per stream sequence, the deliveries this process has
 	// queued or is handling: a redelivery of one of them means a backlog or
@@ -586,15 +598,16 @@ func (c *Consumer) Stop(ctx context.Context) {
 
 // receive runs on the client's delivery goroutine: gate, then dispatch.
 func (c *Consumer) receive(msg jetstream.Msg) {
-	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
-		c.skipped.Add(1)
-		_ = msg.Ack()
-		return
-	}
 	meta, err := msg.Metadata()
 	if err != nil {
 		c.log.Error("message without metadata", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
+		return
+	}
+	prev := c.lastDelivery.Swap(meta.Sequence.Consumer)
+	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
+		c.skipped.Add(1)
+		_ = msg.Ack()
 		return
 	}
 	ev, err := c.bus.codec.DecodeStored(RawMsg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), Stored: meta.Timestamp})
@@ -625,7 +638,8 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 	}
 	c.inflight[seq]++
 	c.imu.Unlock()
-	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c}
+	d := &Delivery{Event: ev, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Stored: meta.Timestamp, msg: msg, c: c,
+		afterPrevious: prev != 0 && meta.Sequence.Consumer == prev+1, behind: meta.NumPending}
 	c.qmu.RLock()
 	defer c.qmu.RUnlock()
 	if c.qclosed {

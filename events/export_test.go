@@ -26,3 +26,10 @@ func MuteProgress(d *Delivery) {
 func WriteBatch(ctx context.Context, b *Bus, msgs []*nats.Msg) (int, error) {
 	return b.batch.write(ctx, msgs)
 }
+
+// ProjCacheBehind sets how far behind the log a projector must be to use
+// its cache (0: always) until the test ends.
+func ProjCacheBehind(t interface{ Cleanup(func()) }, n uint64) {
+	old := projCacheBehind.Swap(n)
+	t.Cleanup(func() { projCacheBehind.Store(old) })
+}

@@ -57,6 +57,9 @@ type kvStore struct {
 	kv   jetstream.KeyValue
 	seq  uint64
 	seen map[string]kvSeen
+	// cache, when set, holds what this projector wrote and read lately;
+	// every write is guarded by the bucket's last sequence (projcache.go).
+	cache *projCache
 }
 
 type kvSeen struct {
@@ -65,12 +68,25 @@ type kvSeen struct {
 }
 
 func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
+	if s.cache != nil {
+		if k, ok := s.cache.get(key); ok {
+			s.seen[key] = kvSeen{rev: k.rev, seq: k.env.Seq}
+			if k.rev == 0 {
+				return nil, nil
+			}
+			env := k.env
+			return &env, nil
+		}
+	}
 	value, rev, err := leaderGet(ctx, s.js, s.kv.Bucket(), key)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
 	if rev == 0 {
 		s.seen[key] = kvSeen{}
+		if s.cache != nil {
+			s.cache.put(key, cachedKey{})
+		}
 		return nil, nil
 	}
 	var env envelope
@@ -78,6 +94,9 @@ func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 		return nil, fmt.Errorf("decode %s: %w", key, err)
 	}
 	s.seen[key] = kvSeen{rev: rev, seq: env.Seq}
+	if s.cache != nil {
+		s.cache.put(key, cachedKey{rev: rev, env: env})
+	}
 	return &env, nil
 }
 
@@ -171,6 +190,23 @@ func (s *kvStore) Delete(ctx context.Context, key string) error {
 	if seen.rev == 0 {
 		return nil // not there: never written, or removed already
 	}
+	if s.cache != nil {
+		// A purge of the key's history (nats.go's kv.Purge) whose marker
+		// expires, guarded by the bucket's last sequence.
+		subj, err := kvSubject(s.kv.Bucket(), key)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		m := nats.NewMsg(subj)
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if _, err := s.cache.publish(ctx, m, jetstream.WithMsgTTL(DeleteMarkerTTL)); err != nil {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		s.seen[key] = kvSeen{}
+		s.cache.put(key, cachedKey{})
+		return nil
+	}
 	if err := s.kv.Purge(ctx, key, jetstream.LastRevision(seen.rev), jetstream.PurgeTTL(DeleteMarkerTTL)); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err) // a concurrent writer: retry the event
 	}
@@ -195,6 +231,21 @@ func (s *kvStore) write(ctx context.Context, key string, env envelope) error {
 		return nil // this event was applied to this key before
 	}
 	b, _ := json.Marshal(env)
+	if s.cache != nil {
+		subj, err := kvSubject(s.kv.Bucket(), key)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", key, err)
+		}
+		m := nats.NewMsg(subj)
+		m.Data = b
+		rev, err := s.cache.publish(ctx, m)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", key, err)
+		}
+		s.seen[key] = kvSeen{rev: rev, seq: env.Seq}
+		s.cache.put(key, cachedKey{rev: rev, env: env})
+		return nil
+	}
 	var rev uint64
 	var err error
 	if seen.rev == 0 {
@@ -256,6 +307,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("bucket %s: %v", p.Bucket(), err), Err: err}
 	}
+	cache := newProjCache(bus.js, p.Bucket()) // one event at a time: the handler alone uses it
 	return Consume(ctx, bus, ConsumerConfig{
 		Name:          ProjectorName(p),
 		Description:   "projection " + p.Name() + " into KV bucket " + p.Bucket(),
@@ -266,7 +318,21 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 		Logger:        log,
 	}, func(ctx context.Context, d *Delivery) ([]Event, error) {
 		s := &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2)}
-		return nil, p.Apply(ctx, s, d.Event)
+		if cache.begin(ctx, d.afterPrevious, d.behind) {
+			s.cache = cache
+		}
+		err := p.Apply(ctx, s, d.Event)
+		if errors.Is(err, errProjCacheStale) {
+			// Someone else wrote the bucket: fold the event again from
+			// what it holds (what was written of it is skipped by its
+			// sequence, as for a redelivery).
+			s = &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2)}
+			err = p.Apply(ctx, s, d.Event)
+		}
+		if err != nil {
+			cache.drop(false)
+		}
+		return nil, err
 	})
 }
 
