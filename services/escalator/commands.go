@@ -48,46 +48,61 @@ func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Servi
 func (e *escalator) request(ctx context.Context, req *command.RequestEscalation) (any, error) {
 	data := req.EscalationRequestedData
 	data.Requester = actor(data.Requester, data.Session)
+	cause := Cause{Request: &data}
 	id := req.ID
 	if id == "" {
+		// A new id: nothing to read (its first write is still guarded by
+		// "no earlier event"); a write another escalator's consumer made
+		// first makes it read and decide again until it is complete.
 		id = "esc-" + strings.ToLower(ulid.Make().String())
+		defer e.inflight.start(id)()
+		return e.finish(e.processFrom(ctx, id, cause, escalation.New(id)))
 	}
 	defer e.inflight.start(id)()
-	cause := Cause{Request: &data}
-	// Most requests are new, also those that name their id: decide from
-	// nothing and write, the first write guarded by "no earlier event"
-	// (a new id could not clash unnoticed either). A request whose id the
-	// log holds already loses that race and is read below, as does one
-	// whose later writes another escalator's consumer made first.
-	st, err := e.attempt(ctx, id, cause, escalation.New(id))
-	if !errors.Is(err, events.ErrStaleRead) {
-		if err != nil {
+	// A request naming its id is most often new too: its requested event
+	// is written alone first, guarded by "no earlier event", before
+	// anything is decided (no presence asked for a retry). Only when the
+	// log has the id already is it read and compared.
+	ev, err := requestedEvent(id, data, e.now())
+	if err != nil {
+		return nil, err
+	}
+	ack, err := e.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: 0})
+	switch {
+	case err == nil && !ack.Duplicate:
+		st := escalation.New(id)
+		if err := escalation.Apply(st, &ev, ack.Sequence); err != nil {
 			return nil, err
 		}
-		// Every write the request called for is in the log (see
-		// escalator.routed).
-		if st.Routed != nil {
-			e.routed.add(id)
-		}
-		return reply(st), nil
+		return e.finish(e.processFrom(ctx, id, cause, st))
+	case err != nil && !errors.Is(err, events.ErrStaleRead):
+		return nil, err
 	}
-	if st, err = e.load(ctx, id); err != nil {
+	st, err := e.load(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	if st.Status != "" && !reflect.DeepEqual(canonical(st.Request), canonical(data)) {
 		return nil, events.Errorf(events.CodeConflict, "escalation %s exists with other content (session %s, operation %s)", id, st.Request.Session, st.Request.Operation)
 	}
 	if st.Status == "" || st.Routed == nil {
-		if st, err = e.processFrom(ctx, id, cause, st); err != nil {
-			return nil, err
-		}
-		if st.Routed != nil {
-			e.routed.add(id)
-		}
+		return e.finish(e.processFrom(ctx, id, cause, st))
 	}
 	// Routed before this call is not every write made (a failover may
 	// have stopped the writes after routed): the consumer's copy of the
 	// request is left to finish it.
+	return reply(st), nil
+}
+
+// finish replies with the state processFrom reached: every write the
+// request called for is in the log (see escalator.routed).
+func (e *escalator) finish(st *command.EscalationState, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	if st.Routed != nil {
+		e.routed.add(st.ID)
+	}
 	return reply(st), nil
 }
 

@@ -77,7 +77,11 @@ func (d *decision) run(c Cause) ([]events.Event, error) {
 		if c.Request == nil {
 			return nil, nil
 		}
-		if err := d.add(events.EscalationRequested, st.ID+"/requested", *c.Request); err != nil {
+		ev, err := requestedEvent(st.ID, *c.Request, f.Now)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.fold(ev); err != nil {
 			return nil, err
 		}
 	}
@@ -153,11 +157,26 @@ func (d *decision) add(t events.Type, id string, data any) error {
 		return err
 	}
 	ev.SetTime(d.f.Now.UTC())
+	return d.fold(ev)
+}
+
+func (d *decision) fold(ev events.Event) error {
 	if err := escalation.Apply(d.st, &ev, d.st.Seq); err != nil {
 		return err
 	}
 	d.out = append(d.out, ev)
 	return nil
+}
+
+// requestedEvent is escalation id's request event at now: the request
+// command may write it before anything is decided, Decide writes the same.
+func requestedEvent(id string, req events.EscalationRequestedData, now time.Time) (events.Event, error) {
+	ev, err := events.NewEvent(events.EscalationRequested, id, id+"/requested", Source, req)
+	if err != nil {
+		return ev, err
+	}
+	ev.SetTime(now.UTC())
+	return ev, nil
 }
 
 func (d *decision) decide(decision, method, by, channel, reason string, votes []events.EscalationVote) error {

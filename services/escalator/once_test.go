@@ -89,3 +89,58 @@ func TestRequestDecidedOnce(t *testing.T) {
 		t.Errorf("%d requests decided %d times; want once each", n, decided)
 	}
 }
+
+// Two escalator processes share the consumer and the request command: a
+// request's requested event may reach the other process's consumer while
+// the command is still writing, which then writes the rest first. The
+// command's reply must still be the escalation the log holds, complete.
+func TestRequestReplyAgreesWithTheLogAcrossProcesses(t *testing.T) {
+	env := eventstest.Start(t)
+	for i := range 2 {
+		servicetest.Start(t, env, fmt.Sprintf("escalator-%d", i), func(ctx context.Context, rt *service.Runtime) error {
+			return escalator.Run(ctx, rt, escalator.Config{})
+		})
+	}
+	nc := env.Conn(t)
+	eventstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return command.Call(ctxT(t), nc, command.EscalationHeld, command.HeldRequest{}, &command.HeldReply{})
+	})
+	const n = 80
+	replies := make([]command.EscalationReply, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ""
+			if i%2 == 0 {
+				id = fmt.Sprintf("two-%02d", i)
+			}
+			risk := []float64{0.1, 0.5}[(i/2)%2] // named and unnamed, each auto approved and offered
+			errs <- command.Call(ctxT(t), nc, command.EscalationRequest, command.RequestEscalation{ID: id,
+				EscalationRequestedData: events.EscalationRequestedData{Session: fmt.Sprintf("agent/%d", i%9), Operation: "deploy", Risk: &risk, Confidence: new(0.9)}}, &replies[i])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range replies {
+		var st command.EscalationState
+		if err := command.Call(ctxT(t), nc, command.EscalationStatus, command.EscalationStatusRequest{ID: r.ID}, &st); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.Status != st.Status:
+			t.Errorf("request %d (%s): replied %s, the log says %s", i, r.ID, r.Status, st.Status)
+		case r.Status == events.EscalationHeld && (r.Offer == nil || len(st.Offers) == 0 || r.Offer.ConfirmID != st.Offers[len(st.Offers)-1].ConfirmID):
+			t.Errorf("request %d (%s): held, replied offer %+v, the log's offers %+v", i, r.ID, r.Offer, st.Offers)
+		case r.Status == events.EscalationApproved && st.Decided == nil:
+			t.Errorf("request %d (%s): replied approved, not decided in the log", i, r.ID)
+		}
+	}
+}

@@ -48,40 +48,47 @@ func (s *recentSet) has(id string) bool {
 // (a race it would lose: its guarded write fails and it reads again).
 type inflight struct {
 	mu  sync.Mutex
-	ids map[string]chan struct{}
+	ids map[string]*flight
 }
 
-func newInflight() *inflight { return &inflight{ids: map[string]chan struct{}{}} }
+type flight struct {
+	n    int // calls deciding it (the same request sent twice at once)
+	done chan struct{}
+}
 
-// start marks id in flight; the function it returns marks it done. A
-// second start of an id in flight (the same request sent twice at once)
-// is not marked: the first one's done releases the waiters.
+func newInflight() *inflight { return &inflight{ids: map[string]*flight{}} }
+
+// start marks id in flight; the function it returns marks this call done.
+// The waiters are released when the last call on id is done.
 func (f *inflight) start(id string) (done func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.ids[id]; ok {
-		return func() {}
+	fl := f.ids[id]
+	if fl == nil {
+		fl = &flight{done: make(chan struct{})}
+		f.ids[id] = fl
 	}
-	ch := make(chan struct{})
-	f.ids[id] = ch
+	fl.n++
 	return func() {
 		f.mu.Lock()
-		delete(f.ids, id)
-		f.mu.Unlock()
-		close(ch)
+		defer f.mu.Unlock()
+		if fl.n--; fl.n == 0 {
+			delete(f.ids, id)
+			close(fl.done)
+		}
 	}
 }
 
 // wait returns once id is not in flight, or ctx is done.
 func (f *inflight) wait(ctx context.Context, id string) error {
 	f.mu.Lock()
-	ch, ok := f.ids[id]
+	fl := f.ids[id]
 	f.mu.Unlock()
-	if !ok {
+	if fl == nil {
 		return nil
 	}
 	select {
-	case <-ch:
+	case <-fl.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
