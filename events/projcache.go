@@ -2,8 +2,10 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,12 +26,17 @@ import (
 // The guard must cover the reads, not only the writes: the reads that
 // missed the cache are made after the sequence the first write expects
 // (projCache.begin takes it before any read), so "the stream has not moved
-// since" also means "what was read is what is there".
+// since" also means "what was read is what is there". A fold that read
+// from the cache and wrote nothing asks the stream whether anything came
+// after that sequence before its event counts as folded (unchanged).
 
-// projCacheKeys bounds what one projector keeps (the oldest forgotten
-// first): a run's or an escalation's events come close together in the
-// log, so recent keys are the ones read again.
-const projCacheKeys = 512
+// projCacheKeys and projCacheBytes bound what one projector keeps (the
+// oldest forgotten first): a run's or an escalation's events come close
+// together in the log, so recent keys are the ones read again.
+const (
+	projCacheKeys  = 512
+	projCacheBytes = 1 << 20
+)
 
 // projCacheBehind: the cache is used only while the projector is this
 // many events or more behind the log (a burst, a catch-up), where it
@@ -65,8 +72,9 @@ type projCache struct {
 	last     uint64
 	known    bool
 	keys     map[string]cachedKey
-	ring     []string
+	ring     []string // insertion order, oldest at next once full
 	next     int
+	bytes    int // of the cached values
 	offUntil time.Time
 	lastAt   time.Time // when the last event began
 	now      func() time.Time
@@ -122,7 +130,8 @@ func (c *projCache) begin(ctx context.Context, afterPrevious bool, behind uint64
 // someone else is writing the bucket.
 func (c *projCache) drop(otherWriter bool) {
 	clear(c.keys)
-	c.ring, c.next, c.last, c.known = c.ring[:0], 0, 0, false
+	clear(c.ring) // the keys' strings go with the values
+	c.ring, c.next, c.bytes, c.last, c.known = c.ring[:0], 0, 0, 0, false
 	if otherWriter {
 		c.offUntil = c.now().Add(projCacheOff)
 	}
@@ -134,16 +143,73 @@ func (c *projCache) get(key string) (cachedKey, bool) {
 }
 
 func (c *projCache) put(key string, k cachedKey) {
-	if _, ok := c.keys[key]; !ok {
+	if old, ok := c.keys[key]; ok {
+		c.bytes -= len(old.env.Value)
+	} else {
 		if len(c.ring) < projCacheKeys {
 			c.ring = append(c.ring, key)
 		} else {
-			delete(c.keys, c.ring[c.next])
+			c.forget(c.ring[c.next])
 			c.ring[c.next] = key
 			c.next = (c.next + 1) % projCacheKeys
 		}
 	}
+	if len(k.env.Value) > projCacheBytes/4 {
+		delete(c.keys, key) // a large value is read again instead (its ring slot stays, harmlessly)
+		return
+	}
 	c.keys[key] = k
+	c.bytes += len(k.env.Value)
+	for c.bytes > projCacheBytes {
+		c.forget(c.ring[c.next])
+		c.next = (c.next + 1) % len(c.ring)
+	}
+}
+
+func (c *projCache) forget(key string) {
+	if old, ok := c.keys[key]; ok {
+		c.bytes -= len(old.env.Value)
+		delete(c.keys, key)
+	}
+}
+
+// unchanged reports whether the bucket holds no message after the cache's
+// last sequence: a fold that read from the cache and wrote nothing has no
+// write whose guard would have told. One request to the stream's leader
+// (the first message after it, if any).
+func (c *projCache) unchanged(ctx context.Context) (bool, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
+	}{c.last + 1, "$KV." + c.bucket + ".>"})
+	if err != nil {
+		return false, err
+	}
+	m, err := c.js.Conn().RequestWithContext(ctx, apiPrefix(c.js)+"STREAM.MSG.GET.KV_"+c.bucket, req)
+	if err != nil {
+		return false, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return false, fmt.Errorf("message get: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.Code == 404 {
+			return true, nil
+		}
+		return false, resp.Error
+	}
+	return resp.Message == nil, nil
 }
 
 // publish writes m to the bucket guarded by the cache's last sequence and
@@ -173,9 +239,9 @@ func kvSubject(bucket, key string) (string, error) {
 }
 
 // validKVKey is nats.go's rule for keys: [-/_=.a-zA-Z0-9]+, not starting
-// or ending with a dot.
+// or ending with a dot, no empty token.
 func validKVKey(key string) bool {
-	if key == "" || key[0] == '.' || key[len(key)-1] == '.' {
+	if key == "" || key[0] == '.' || key[len(key)-1] == '.' || strings.Contains(key, "..") {
 		return false
 	}
 	for i := 0; i < len(key); i++ {

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -118,4 +119,58 @@ func TestProjectorCacheTwoProcesses(t *testing.T) {
 	}
 	counts, _ := readCounts(t, kv)
 	assertCounts(t, "two projectors", counts, want)
+}
+
+// flagProjection counts an aggregate's events only once the key "flag"
+// exists: a fold that may read and write nothing.
+type flagProjection struct{ bucket string }
+
+func (p flagProjection) Name() string      { return "flags" }
+func (p flagProjection) Bucket() string    { return p.bucket }
+func (p flagProjection) Filters() []string { return []string{"heed.run.>"} }
+func (p flagProjection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
+	var flag, c runCount
+	if found, err := s.Get(ctx, "flag", &flag); err != nil || !found {
+		return err
+	}
+	if _, err := s.Get(ctx, ev.Subject(), &c); err != nil {
+		return err
+	}
+	c.Events++
+	return s.Put(ctx, ev.Subject(), c)
+}
+
+// A fold that read from the cache and wrote nothing has no write whose
+// guard would notice another writer: it checks that the bucket has not
+// moved before its event counts as folded.
+func TestProjectorCacheReadOnlyFoldSeesAnotherWriter(t *testing.T) {
+	events.ProjCacheBehind(t, 0)
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	ctx := testCtx(t)
+	p := flagProjection{bucket: "test_flags"}
+	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: p.Bucket()}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, p.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopConsumer(c) })
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a0", stepFailedData)) // no flag: nothing written
+	waitIdle(t, js, events.ProjectorName(p))
+	if _, err := kv.Create(ctx, "flag", []byte(`{"seq":1,"value":{"events":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a1", stepFailedData))
+	waitIdle(t, js, events.ProjectorName(p))
+	counts, _ := readCounts(t, kv)
+	if got := counts["a"].Events; got != 1 {
+		t.Errorf("a counted %d after the flag appeared and one more event; want 1", got)
+	}
 }

@@ -60,6 +60,9 @@ type kvStore struct {
 	// cache, when set, holds what this projector wrote and read lately;
 	// every write is guarded by the bucket's last sequence (projcache.go).
 	cache *projCache
+	// fromCache: a read came from the cache; wrote: a guarded write was
+	// stored (it vouches for the reads before it).
+	fromCache, wrote bool
 }
 
 type kvSeen struct {
@@ -70,6 +73,7 @@ type kvSeen struct {
 func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 	if s.cache != nil {
 		if k, ok := s.cache.get(key); ok {
+			s.fromCache = true
 			s.seen[key] = kvSeen{rev: k.rev, seq: k.env.Seq}
 			if k.rev == 0 {
 				return nil, nil
@@ -205,6 +209,7 @@ func (s *kvStore) Delete(ctx context.Context, key string) error {
 		}
 		s.seen[key] = kvSeen{}
 		s.cache.put(key, cachedKey{})
+		s.wrote = true
 		return nil
 	}
 	if err := s.kv.Purge(ctx, key, jetstream.LastRevision(seen.rev), jetstream.PurgeTTL(DeleteMarkerTTL)); err != nil {
@@ -244,6 +249,7 @@ func (s *kvStore) write(ctx context.Context, key string, env envelope) error {
 		}
 		s.seen[key] = kvSeen{rev: rev, seq: env.Seq}
 		s.cache.put(key, cachedKey{rev: rev, env: env})
+		s.wrote = true
 		return nil
 	}
 	var rev uint64
@@ -322,6 +328,14 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 			s.cache = cache
 		}
 		err := p.Apply(ctx, s, d.Event)
+		if err == nil && s.fromCache && !s.wrote {
+			// It read from the cache and wrote nothing: no guard has
+			// vouched for what it read.
+			if same, verr := cache.unchanged(ctx); verr != nil || !same {
+				cache.drop(verr == nil)
+				err = errProjCacheStale
+			}
+		}
 		if errors.Is(err, errProjCacheStale) {
 			// Someone else wrote the bucket: fold the event again from
 			// what it holds (what was written of it is skipped by its
