@@ -27,14 +27,22 @@ import (
 // handled twice changes nothing.
 func (r *router) consumeDeadlines(ctx context.Context) (*deadlineConsumer, error) {
 	d := &deadlineConsumer{r: r, inflight: map[uint64]int{}, lost: make(chan struct{}, 1), work: make(chan jetstream.Msg, deadlineWorkers)}
-	cons, err := r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(0))
-	if err != nil {
-		// A durable recreated after a loss starts at a sequence, and a
-		// deliver policy cannot be updated: keep it.
-		if old, oerr := r.bus.JetStream().Consumer(ctx, events.EventStream, DeadlineConsumerName); oerr == nil && old.CachedInfo().Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
-			cons, err = r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(old.CachedInfo().Config.OptStartSeq))
+	// Made while JetStream cannot answer for a moment (a cluster electing
+	// the stream's leader after a node was lost), as every events.Consume
+	// durable is: a router starting then waits instead of exiting.
+	var cons jetstream.Consumer
+	err := events.WhileUnavailable(ctx, func() error {
+		var err error
+		cons, err = r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(0))
+		if err != nil {
+			// A durable recreated after a loss starts at a sequence, and a
+			// deliver policy cannot be updated: keep it.
+			if old, oerr := r.bus.JetStream().Consumer(ctx, events.EventStream, DeadlineConsumerName); oerr == nil && old.CachedInfo().Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+				cons, err = r.bus.JetStream().CreateOrUpdateConsumer(ctx, events.EventStream, d.config(old.CachedInfo().Config.OptStartSeq))
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("create consumer %s: %v", DeadlineConsumerName, err), Err: err}
 	}
