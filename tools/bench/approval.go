@@ -181,6 +181,39 @@ func (p *upProcess) stop() {
 	os.RemoveAll(p.dir)
 }
 
+// cpu is the CPU time the process has used (user and system), from
+// /proc/<pid>/stat.
+func (p *upProcess) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15, in clock ticks of
+// 1/100 s, Linux's USER_HZ) from a /proc/<pid>/stat line; the command
+// name before them is in parentheses and may hold spaces.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat: no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // from field 3 (state) on
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat: %d fields after the command name", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // memory reads VmRSS and VmHWM (peak RSS) of the process, in bytes.
 func (p *upProcess) memory() (rss, peak int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -559,13 +592,14 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	url := env.cfg.approvalURL
 	var up *upProcess
 	memory := func() (int64, int64, error) { return 0, 0, nil }
+	cpu := func() (time.Duration, error) { return 0, nil }
 	if url == "" {
 		var err error
 		if up, err = startUp(ctx, env); err != nil {
 			return nil, err
 		}
 		defer up.stop()
-		url, memory = up.url, up.memory
+		url, memory, cpu = up.url, up.memory, up.cpu
 	}
 	c, err := newApprovalClient(env, url)
 	if err != nil {
@@ -607,6 +641,10 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	}
 	n := env.cfg.approvals
 	env.logf("approval: opening %d waiting runs with %d callers", n, approvalCallers)
+	cpu0, err := cpu()
+	if err != nil {
+		return nil, err
+	}
 	_, confirms, openElapsed, err := c.open(ctx, "open", n)
 	if err != nil {
 		return nil, err
@@ -615,6 +653,11 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err := rest("before answering"); err != nil {
 		return nil, err
 	}
+	cpu1, err := cpu()
+	if err != nil {
+		return nil, err
+	}
+	openCPU := cpu1 - cpu0
 
 	env.logf("approval: answering %d pending approvals with %d callers", n, approvalCallers)
 	ansLat, ansElapsed, err := c.answerAll(ctx, confirms)
@@ -658,6 +701,10 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	}
 	pend := env.cfg.pending
 	env.logf("approval: opening %d waiting runs and holding them", pend)
+	cpu2, err := cpu()
+	if err != nil {
+		return nil, err
+	}
 	_, _, pendElapsed, err := c.open(ctx, "pend", pend)
 	if err != nil {
 		return nil, err
@@ -678,6 +725,11 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err := rest(fmt.Sprintf("after the %s", thousands(int64(pend)))); err != nil {
 		return nil, err
 	}
+	cpu3, err := cpu()
+	if err != nil {
+		return nil, err
+	}
+	pendCPU := cpu3 - cpu2
 	time.Sleep(restSettle)
 	rssRest, _, err := memory()
 	if err != nil {
@@ -721,12 +773,14 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 			{"… RSS 2 s after opening them (the projections still folding the burst)", mb(rss), "", ""},
 			{"… peak RSS of the whole run (VmHWM)", mb(peak), "", ""},
 			{"… RSS when ready, before any run", mb(rss0), "", ""},
+			{fmt.Sprintf("heed up's CPU for opening the %s, until every consumer caught up", thousands(int64(n))), cpuPer(openCPU, n), "", ""},
+			{fmt.Sprintf("heed up's CPU for opening the %s more, until every consumer caught up", thousands(int64(pend))), cpuPer(pendCPU, pend), "", ""},
 		},
 	}}}
 	if up == nil {
-		// The memory rows say nothing about a deployment of several
-		// processes: drop them and their verdict.
-		res.tables[0].rows = res.tables[0].rows[:len(res.tables[0].rows)-4]
+		// The memory and CPU rows say nothing about a deployment of
+		// several processes: drop them and their verdict.
+		res.tables[0].rows = res.tables[0].rows[:len(res.tables[0].rows)-6]
 		verdicts = verdicts[:4]
 		res.notes = append(res.notes, "Against "+url+" (-approval-url): heed's services are other processes, so there are no RSS figures.")
 	}
@@ -737,12 +791,21 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 		"By hop: after the round trips the bench reads the stream's timestamps of each answered and resumed event: the router's hop is from sending the answer until its event is stored, the runner's from there until the resume is stored; the requester's subscription is core NATS, which can see the resume before the stream has stored it.",
 		"Raw JetStream: just before the round trips, heed at rest, the bench publishes as many 256-byte messages one at a time (with Nats-Msg-Id) to a scratch file-storage stream on the same server and times each to its ack: the machine's speed in this run, to read the round trip against (the stream is removed after).",
 		"Each phase starts with heed at rest (every consumer of HEED_EVENTS caught up, at most 2 min): "+strings.Join(settled, "; ")+".",
+		"CPU: user + system time of heed up (services and embedded nats-server; /proc/<pid>/stat) from the start of an opening until every consumer of HEED_EVENTS caught up after it, per run opened: what heed spends, where the latencies above also depend on when it spends it.",
 		"200 runs are opened and approved first to warm up. -approvals, -round-trips, -pending change the counts; -up-pprof ADDR gives heed up a pprof listener (go tool pprof http://ADDR/debug/pprof/profile?seconds=20 while it runs).",
 	)
 	for _, ok := range verdicts {
 		res.missed = res.missed || !ok
 	}
 	return res, nil
+}
+
+// cpuPer is CPU time in seconds and per item.
+func cpuPer(d time.Duration, n int) string {
+	if n <= 0 {
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.2f s (%.2f ms a run)", d.Seconds(), float64(d.Microseconds())/1000/float64(n))
 }
 
 // fetchHeap saves heed up's heap profile (after a GC) from its pprof
