@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -178,38 +177,11 @@ func (c *projCache) forget(key string) {
 // write whose guard would have told. One request to the stream's leader
 // (the first message after it, if any).
 func (c *projCache) unchanged(ctx context.Context) (bool, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	req, err := json.Marshal(struct {
+	msg, err := leaderMsgGet(ctx, c.js, "KV_"+c.bucket, struct {
 		Seq  uint64 `json:"seq"`
 		Next string `json:"next_by_subj"`
 	}{c.last + 1, "$KV." + c.bucket + ".>"})
-	if err != nil {
-		return false, err
-	}
-	m, err := c.js.Conn().RequestWithContext(ctx, apiPrefix(c.js)+"STREAM.MSG.GET.KV_"+c.bucket, req)
-	if err != nil {
-		return false, err
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return false, fmt.Errorf("message get: %w", err)
-	}
-	if resp.Error != nil {
-		if resp.Error.Code == 404 {
-			return true, nil
-		}
-		return false, resp.Error
-	}
-	return resp.Message == nil, nil
+	return msg == nil && err == nil, err
 }
 
 // publish writes m to the bucket guarded by the cache's last sequence and

@@ -10,20 +10,19 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A projector reads back what it wrote from memory, but never folds an
-// event into a value someone else has changed since: a write between two
-// events (here what `heed replay --apply` or a second process could do)
-// makes the next event's guarded write fail, and the event is folded again
-// from the bucket.
-func TestProjectorCacheSeesAnotherWriter(t *testing.T) {
-	events.ProjCacheBehind(t, 0) // the cache even when keeping up
+// cachedProjector provisions p's bucket and runs p in processes
+// processes (each its own connection), with the cache used for every
+// event (not only when behind).
+func cachedProjector(t *testing.T, p events.Projection, processes int) (*events.Bus, jetstream.KeyValue) {
+	t.Helper()
+	events.ProjCacheBehind(t, 0)
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
 	js := bus.JetStream()
 	ctx := testCtx(t)
-	p := countProjection{bucket: "test_cache"}
 	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: p.Bucket()}); err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +30,29 @@ func TestProjectorCacheSeesAnotherWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
+	for i := range processes {
+		b := bus
+		if i > 0 {
+			b = env.Bus(t)
+		}
+		c, err := events.RunProjector(ctx, b, p, eventstest.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopConsumer(c) })
 	}
-	t.Cleanup(func() { stopConsumer(c) })
+	return bus, kv
+}
+
+// A projector reads back what it wrote from memory, but never folds an
+// event into a value someone else has changed since: a write between two
+// events (here what `heed replay --apply` or a second process could do)
+// makes the next event's guarded write fail, and the event is folded again
+// from the bucket.
+func TestProjectorCacheSeesAnotherWriter(t *testing.T) {
+	p := countProjection{bucket: "test_cache"}
+	bus, kv := cachedProjector(t, p, 1)
+	js, ctx := bus.JetStream(), testCtx(t)
 	for i := range 2 {
 		publish(t, bus, newEvent(t, events.RunStepFailed, "a", fmt.Sprintf("a%d", i), stepFailedData))
 	}
@@ -75,22 +92,9 @@ func TestProjectorCacheSeesAnotherWriter(t *testing.T) {
 // Two processes running the same projector (one durable consumer, one
 // event in flight) take turns with its events: every count is exact.
 func TestProjectorCacheTwoProcesses(t *testing.T) {
-	events.ProjCacheBehind(t, 0)
-	env := eventstest.Start(t)
-	bus := env.Bus(t)
-	js := bus.JetStream()
-	ctx := testCtx(t)
 	p := countProjection{bucket: "test_cache2"}
-	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: p.Bucket()}); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		c, err := events.RunProjector(ctx, env.Bus(t), p, eventstest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { stopConsumer(c) })
-	}
+	bus, kv := cachedProjector(t, p, 2)
+	js, ctx := bus.JetStream(), testCtx(t)
 	want := map[string]int{}
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -113,10 +117,6 @@ func TestProjectorCacheTwoProcesses(t *testing.T) {
 	wg.Wait()
 	time.Sleep(100 * time.Millisecond)
 	waitIdle(t, js, events.ProjectorName(p))
-	kv, err := js.KeyValue(ctx, p.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
 	counts, _ := readCounts(t, kv)
 	assertCounts(t, "two projectors", counts, want)
 }
@@ -144,24 +144,9 @@ func (p flagProjection) Apply(ctx context.Context, s events.Store, ev *events.Ev
 // guard would notice another writer: it checks that the bucket has not
 // moved before its event counts as folded.
 func TestProjectorCacheReadOnlyFoldSeesAnotherWriter(t *testing.T) {
-	events.ProjCacheBehind(t, 0)
-	env := eventstest.Start(t)
-	bus := env.Bus(t)
-	js := bus.JetStream()
-	ctx := testCtx(t)
 	p := flagProjection{bucket: "test_flags"}
-	if err := events.ProvisionBucket(ctx, js, events.DefaultTopology(), events.BucketSpec{Name: p.Bucket()}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, p.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := events.RunProjector(ctx, bus, p, eventstest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopConsumer(c) })
+	bus, kv := cachedProjector(t, p, 1)
+	js, ctx := bus.JetStream(), testCtx(t)
 	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a0", stepFailedData)) // no flag: nothing written
 	waitIdle(t, js, events.ProjectorName(p))
 	if _, err := kv.Create(ctx, "flag", []byte(`{"seq":1,"value":{"events":1}}`)); err != nil {

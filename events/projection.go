@@ -112,43 +112,14 @@ func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 // state) would then count an event twice, the guard on the key it writes
 // being right. The leader has every write it acknowledged.
 func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	req, err := json.Marshal(struct {
+	msg, err := leaderMsgGet(ctx, js, "KV_"+bucket, struct {
 		LastBy string `json:"last_by_subj"`
 	}{"$KV." + bucket + "." + key})
-	if err != nil {
+	if err != nil || msg == nil {
 		return nil, 0, err
 	}
-	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET.KV_"+bucket, req)
-	if err != nil {
-		return nil, 0, err
-	}
-	var resp struct {
-		Message *struct {
-			Seq    uint64 `json:"seq"`
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("message get: %w", err)
-	}
-	if resp.Error != nil {
-		if resp.Error.Code == 404 {
-			return nil, 0, nil
-		}
-		return nil, 0, resp.Error
-	}
-	if resp.Message == nil {
-		return nil, 0, nil
-	}
-	if len(resp.Message.Header) > 0 {
-		hdr, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	if len(msg.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(msg.Header)
 		if err == nil {
 			switch hdr.Get("KV-Operation") {
 			case "DEL", "PURGE":
@@ -159,7 +130,47 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) 
 			}
 		}
 	}
-	return resp.Message.Data, resp.Message.Seq, nil
+	return msg.Data, msg.Seq, nil
+}
+
+// storedMsg is a message as the stream API's message get returns it.
+type storedMsg struct {
+	Seq    uint64 `json:"seq"`
+	Header []byte `json:"hdrs"`
+	Data   []byte `json:"data"`
+}
+
+// leaderMsgGet asks stream's leader for the message req names (the
+// stream API's message get, not a direct get that any replica may
+// answer): nil when there is none.
+func leaderMsgGet(ctx context.Context, js jetstream.JetStream, stream string, req any) (*storedMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+stream, b)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *storedMsg          `json:"message"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("message get: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.Code == 404 {
+			return nil, nil
+		}
+		return nil, resp.Error
+	}
+	return resp.Message, nil
 }
 
 func (s *kvStore) Get(ctx context.Context, key string, v any) (bool, error) {
