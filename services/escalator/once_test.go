@@ -13,6 +13,7 @@ import (
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/service/servicetest"
 	"github.com/heedhq/heed/services/escalator"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,30 +34,13 @@ func TestRequestDecidedOnce(t *testing.T) {
 		mu.Unlock()
 		return escalator.Run(ctx, rt, escalator.Config{})
 	})
-	nc := env.Conn(t)
-	eventstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		return command.Call(ctxT(t), nc, command.EscalationHeld, command.HeldRequest{}, &command.HeldReply{})
-	})
 	const n = 60
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			risk := []float64{0.1, 0.5, 0.8}[i%3] // auto approved; offered to tier1; to tier2
-			var r command.EscalationReply
-			errs <- command.Call(ctxT(t), nc, command.EscalationRequest, command.RequestEscalation{ID: fmt.Sprintf("once-%02d", i),
-				EscalationRequestedData: events.EscalationRequestedData{Session: fmt.Sprintf("agent/%d", i%7), Operation: "deploy", Risk: &risk, Confidence: new(0.9)}}, &r)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	nc := env.Conn(t)
+	requestAll(t, nc, n, func(i int) command.RequestEscalation {
+		risk := []float64{0.1, 0.5, 0.8}[i%3] // auto approved; offered to tier1; to tier2
+		return command.RequestEscalation{ID: fmt.Sprintf("once-%02d", i),
+			EscalationRequestedData: events.EscalationRequestedData{Session: fmt.Sprintf("agent/%d", i%7), Operation: "deploy", Risk: &risk, Confidence: new(0.9)}}
+	})
 	// The consumer has handled every requested event.
 	js := env.Bus(t).JetStream()
 	eventstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
@@ -101,34 +85,17 @@ func TestRequestReplyAgreesWithTheLogAcrossProcesses(t *testing.T) {
 			return escalator.Run(ctx, rt, escalator.Config{})
 		})
 	}
-	nc := env.Conn(t)
-	eventstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		return command.Call(ctxT(t), nc, command.EscalationHeld, command.HeldRequest{}, &command.HeldReply{})
-	})
 	const n = 80
-	replies := make([]command.EscalationReply, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := ""
-			if i%2 == 0 {
-				id = fmt.Sprintf("two-%02d", i)
-			}
-			risk := []float64{0.1, 0.5}[(i/2)%2] // named and unnamed, each auto approved and offered
-			errs <- command.Call(ctxT(t), nc, command.EscalationRequest, command.RequestEscalation{ID: id,
-				EscalationRequestedData: events.EscalationRequestedData{Session: fmt.Sprintf("agent/%d", i%9), Operation: "deploy", Risk: &risk, Confidence: new(0.9)}}, &replies[i])
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	nc := env.Conn(t)
+	replies := requestAll(t, nc, n, func(i int) command.RequestEscalation {
+		id := ""
+		if i%2 == 0 {
+			id = fmt.Sprintf("two-%02d", i)
 		}
-	}
+		risk := []float64{0.1, 0.5}[(i/2)%2] // named and unnamed, each auto approved and offered
+		return command.RequestEscalation{ID: id,
+			EscalationRequestedData: events.EscalationRequestedData{Session: fmt.Sprintf("agent/%d", i%9), Operation: "deploy", Risk: &risk, Confidence: new(0.9)}}
+	})
 	for i, r := range replies {
 		var st command.EscalationState
 		if err := command.Call(ctxT(t), nc, command.EscalationStatus, command.EscalationStatusRequest{ID: r.ID}, &st); err != nil {
@@ -143,4 +110,32 @@ func TestRequestReplyAgreesWithTheLogAcrossProcesses(t *testing.T) {
 			t.Errorf("request %d (%s): replied approved, not decided in the log", i, r.ID)
 		}
 	}
+}
+
+// requestAll waits until the escalator answers its commands, then sends n
+// requests at once (request(i) is the i-th) and returns the replies in
+// order; any error fails the test.
+func requestAll(t *testing.T, nc *nats.Conn, n int, request func(i int) command.RequestEscalation) []command.EscalationReply {
+	t.Helper()
+	eventstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return command.Call(ctxT(t), nc, command.EscalationHeld, command.HeldRequest{}, &command.HeldReply{})
+	})
+	replies := make([]command.EscalationReply, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- command.Call(ctxT(t), nc, command.EscalationRequest, request(i), &replies[i])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return replies
 }
