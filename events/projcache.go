@@ -84,7 +84,13 @@ type cachedKey struct {
 	env envelope
 }
 
+// newProjCache is nil (no cache) on a connection with another API prefix
+// (a JetStream domain): its KV subjects are not the plain $KV.<bucket>.<key>
+// the cache writes.
 func newProjCache(js jetstream.JetStream, bucket string) *projCache {
+	if apiPrefix(js) != jetstream.DefaultAPIPrefix {
+		return nil
+	}
 	return &projCache{js: js, bucket: bucket, keys: map[string]cachedKey{}, now: time.Now}
 }
 
@@ -93,7 +99,7 @@ func newProjCache(js jetstream.JetStream, bucket string) *projCache {
 // here (Delivery.afterPrevious), behind how many events are still to
 // fold after it. False means fold it without the cache.
 func (c *projCache) begin(ctx context.Context, afterPrevious bool, behind uint64) bool {
-	if c == nil || apiPrefix(c.js) != jetstream.DefaultAPIPrefix {
+	if c == nil {
 		return false
 	}
 	now := c.now()
@@ -128,6 +134,9 @@ func (c *projCache) begin(ctx context.Context, afterPrevious bool, behind uint64
 // drop forgets everything, and turns the cache off for a while when
 // someone else is writing the bucket.
 func (c *projCache) drop(otherWriter bool) {
+	if c == nil {
+		return
+	}
 	clear(c.keys)
 	clear(c.ring) // the keys' strings go with the values
 	c.ring, c.next, c.bytes, c.last, c.known = c.ring[:0], 0, 0, 0, false
