@@ -32,7 +32,8 @@ import (
 //
 //	HEED_SLEEP_HELPER=1  append $HEED_IDEMPOTENCY_KEY to $HEED_CALL_LOG (if
 //	                     set), write the pid to args[1] (if given), sleep
-//	                     args[0] and print {"ok":true}
+//	                     args[0], append the key to $HEED_CALL_LOG.done and
+//	                     print {"ok":true}
 //	HEED_FAIL_HELPER=1   write args[0] to stderr and exit 1
 //	HEED_TASK_HELPER=1   a task in $HEED_TASK_DIR (changeset_test.go)
 func TestMain(m *testing.M) {
@@ -41,17 +42,16 @@ func TestMain(m *testing.M) {
 		os.Exit(taskHelper(os.Args[1:]))
 	case os.Getenv("HEED_SLEEP_HELPER") == "1":
 		if log := os.Getenv("HEED_CALL_LOG"); log != "" {
-			f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-			if err == nil {
-				_, _ = f.WriteString(os.Getenv("HEED_IDEMPOTENCY_KEY") + "\n")
-				_ = f.Close()
-			}
+			appendLine(log, os.Getenv("HEED_IDEMPOTENCY_KEY"))
 		}
 		if len(os.Args) > 2 && os.Args[2] != "" {
 			_ = os.WriteFile(os.Args[2], []byte(strconv.Itoa(os.Getpid())), 0o644)
 		}
 		d, _ := time.ParseDuration(os.Args[1])
 		time.Sleep(d)
+		if log := os.Getenv("HEED_CALL_LOG"); log != "" {
+			appendLine(log+".done", os.Getenv("HEED_IDEMPOTENCY_KEY"))
+		}
 		fmt.Println(`{"ok":true}`)
 		os.Exit(0)
 	case os.Getenv("HEED_FAIL_HELPER") == "1":
@@ -59,6 +59,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
+}
+
+// appendLine appends line to the file at path (created if missing); the
+// helper's call logs are read by the tests.
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, _ = f.WriteString(line + "\n")
+		_ = f.Close()
+	}
 }
 
 // self is the test binary: the program the test's exec tools run.
