@@ -18,7 +18,10 @@ import (
 // Start runs a service's entry point against env on a connection
 // of its own, as heed up does, and stops it when the test ends (or when
 // the returned stop is called): it must return within 20 s, with nil or
-// context.Canceled.
+// context.Canceled. It returns once the service has set up (its consumers
+// and commands exist: it registered its health checks, which is what
+// heed up waits for before it says ready), so that a test's first request
+// does not race the service's start.
 func Start(t testing.TB, env *eventstest.Env, name string, run service.RunFunc) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -45,5 +48,20 @@ func Start(t testing.TB, env *eventstest.Env, name string, run service.RunFunc) 
 		})
 	}
 	t.Cleanup(stop)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(rt.Health().Checks) == 0 {
+		select {
+		case err := <-done:
+			done <- err // for stop
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s stopped while starting: %v", name, err)
+			}
+			return stop
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not set up within 20s", name)
+		}
+	}
 	return stop
 }
