@@ -27,7 +27,7 @@ func TestDataTypesMatchSchemas(t *testing.T) {
 			t.Errorf("%s has no Go data type in dataTypes", info.Type)
 			continue
 		}
-		for _, problem := range compareShape(d, v.byType[info.Type], string(info.Type)) {
+		for _, problem := range compareShape(d, v.schemaOf(t, info.Type), string(info.Type)) {
 			t.Error(problem)
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
+	"sync"
 
 	"github.com/heedhq/heed/events/internal/schemacheck"
 	"github.com/heedhq/heed/schemas"
@@ -13,61 +15,112 @@ import (
 )
 
 // Validator checks event data and command requests against their JSON
-// Schemas (schemas/). It is immutable after construction and safe for
-// concurrent use. Each check has two stages (internal/schemacheck): a fast
-// acceptor that reads the bytes once without allocating and can only say
-// "valid", and the full path (encoding/json, then jsonschema), which alone
-// decides refusals and words every error.
+// Schemas (schemas/). It is safe for concurrent use. Each check has two
+// stages (internal/schemacheck): a fast acceptor that reads the bytes once
+// without allocating and can only say "valid", and the full path
+// (encoding/json, then jsonschema), which alone decides refusals and words
+// every error.
+//
+// A schema is compiled the first time a document of its type or command
+// is checked, not at construction: each service of heed up has its own
+// validator and checks a handful of the catalog's types (the runner never
+// sees a change set's events), and compiling all of them in every service
+// held ~1 MB of compiled schemas per service and cost ~25 ms of CPU at
+// each start (BENCHMARKS.md). Which schemas exist is checked at
+// construction, so a catalog type without a schema is still an error
+// then, and the schemas are compiled from the binary's own copy
+// (schemas.FS) and nothing else: a $ref to any other URL fails.
 type Validator struct {
-	commands     map[string]*jsonschema.Schema
-	fastCommands map[string]*schemacheck.Fast // as fast, for commands' requests
-	byType       map[Type]*jsonschema.Schema
-	fast         map[Type]*schemacheck.Fast // nil entry: the schema uses a feature the fast stage does not handle
+	mu       sync.Mutex // serialises compiling: a jsonschema.Compiler is not safe for concurrent use
+	compiler *jsonschema.Compiler
+	commands map[string]*lazySchema
+	byType   map[Type]*lazySchema
 }
 
-// NewValidator compiles the schema of every type in the catalog and of
-// every command. A catalog type without a schema is an error: the contract
+// lazySchema is one schema, compiled once on first use.
+type lazySchema struct {
+	url  string
+	once sync.Once
+	full *jsonschema.Schema
+	fast *schemacheck.Fast // nil: the schema uses a feature the fast stage does not handle
+	err  error
+}
+
+// NewValidator makes a validator for every type in the catalog and every
+// command. A catalog type without a schema is an error: the contract
 // would be incomplete.
 func NewValidator() (*Validator, error) {
+	fsys := schemas.FS()
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.AssertFormat = true
-	fsys := schemas.FS()
-	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
-			return err
+	c.LoadURL = func(url string) (io.ReadCloser, error) {
+		name, ok := strings.CutPrefix(url, schemas.BaseURL)
+		if !ok {
+			return nil, fmt.Errorf("%s is not one of heed's schemas (%s...)", url, schemas.BaseURL)
 		}
-		b, err := fs.ReadFile(fsys, path)
+		b, err := fs.ReadFile(fsys, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return c.AddResource(schemas.BaseURL+path, bytes.NewReader(b))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load schemas: %w", err)
+		return io.NopCloser(bytes.NewReader(b)), nil
 	}
-	v := &Validator{commands: map[string]*jsonschema.Schema{}, fastCommands: map[string]*schemacheck.Fast{}, byType: make(map[Type]*jsonschema.Schema), fast: make(map[Type]*schemacheck.Fast)}
+	v := &Validator{compiler: c, commands: map[string]*lazySchema{}, byType: make(map[Type]*lazySchema, len(catalog))}
+	add := func(path string) (*lazySchema, error) {
+		if _, err := fs.Stat(fsys, path); err != nil {
+			return nil, fmt.Errorf("load schemas: %w", err)
+		}
+		return &lazySchema{url: schemas.BaseURL + path}, nil
+	}
 	for _, subject := range schemas.Commands() {
-		s, err := c.Compile(schemas.BaseURL + schemas.CommandSchemaPath(subject))
+		l, err := add(schemas.CommandSchemaPath(subject))
 		if err != nil {
-			return nil, fmt.Errorf("compile schema for %s: %w", subject, err)
+			return nil, err
 		}
-		v.commands[subject] = s
-		if f, err := schemacheck.CompileFast(s); err == nil {
-			v.fastCommands[subject] = f
-		}
+		v.commands[subject] = l
 	}
 	for _, info := range catalog {
-		s, err := c.Compile(schemas.BaseURL + schemas.EventSchemaPath(string(info.Type)))
+		l, err := add(schemas.EventSchemaPath(string(info.Type)))
 		if err != nil {
-			return nil, fmt.Errorf("compile schema for %s: %w", info.Type, err)
+			return nil, fmt.Errorf("schema for %s: %w", info.Type, err)
 		}
-		v.byType[info.Type] = s
-		if f, err := schemacheck.CompileFast(s); err == nil {
-			v.fast[info.Type] = f
-		}
+		v.byType[info.Type] = l
 	}
 	return v, nil
+}
+
+// compiled is l, compiled now if it was not yet.
+func (v *Validator) compiled(l *lazySchema) (*lazySchema, error) {
+	l.once.Do(func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		s, err := v.compiler.Compile(l.url)
+		if err != nil {
+			l.err = &Error{Code: CodeInternal, Message: fmt.Sprintf("compile schema %s", strings.TrimPrefix(l.url, schemas.BaseURL)), Err: err}
+			return
+		}
+		l.full = s
+		if f, err := schemacheck.CompileFast(s); err == nil {
+			l.fast = f
+		}
+	})
+	return l, l.err
+}
+
+// CompileAll compiles every schema now: for tests, and for a process that
+// would rather pay for all of them at start than for each on its first use.
+func (v *Validator) CompileAll() error {
+	for _, l := range v.commands {
+		if _, err := v.compiled(l); err != nil {
+			return err
+		}
+	}
+	for _, l := range v.byType {
+		if _, err := v.compiled(l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MaxJSONDepth bounds the nesting of events' data and commands' requests;
@@ -81,7 +134,7 @@ func JSONDepth(data []byte, limit int) int { return schemacheck.Depth(data, limi
 
 // Validate checks data (JSON) against the schema of t.
 func (v *Validator) Validate(t Type, data []byte) error {
-	s, ok := v.byType[t]
+	l, ok := v.byType[t]
 	if !ok {
 		return Errorf(CodeUnknownType, "unknown event type %q", t)
 	}
@@ -91,16 +144,20 @@ func (v *Validator) Validate(t Type, data []byte) error {
 	if JSONDepth(data, MaxJSONDepth) > MaxJSONDepth {
 		return Errorf(CodeSchemaViolation, "%s: data nests deeper than %d levels", t, MaxJSONDepth)
 	}
-	if f := v.fast[t]; f != nil && f.Accepts(data) {
+	l, err := v.compiled(l)
+	if err != nil {
+		return err
+	}
+	if l.fast != nil && l.fast.Accepts(data) {
 		return nil
 	}
-	return validateFull(t, s, data)
+	return validateFull(t, l.full, data)
 }
 
 // ValidateCommand checks a command request (JSON) against the schema of
 // its subject. A failure is an *Error with code invalid_request.
 func (v *Validator) ValidateCommand(subject string, body []byte) error {
-	s, ok := v.commands[subject]
+	l, ok := v.commands[subject]
 	if !ok {
 		return Errorf(CodeInvalidRequest, "no schema for command %s", subject)
 	}
@@ -113,10 +170,14 @@ func (v *Validator) ValidateCommand(subject string, body []byte) error {
 	if JSONDepth(body, MaxJSONDepth) > MaxJSONDepth {
 		return Errorf(CodeInvalidRequest, "%s: the request nests deeper than %d levels", subject, MaxJSONDepth)
 	}
-	if f := v.fastCommands[subject]; f != nil && f.Accepts(body) {
+	l, err := v.compiled(l)
+	if err != nil {
+		return err
+	}
+	if l.fast != nil && l.fast.Accepts(body) {
 		return nil
 	}
-	err := validateDoc(subject, "the request", s, body)
+	err = validateDoc(subject, "the request", l.full, body)
 	var e *Error
 	if errors.As(err, &e) {
 		return &Error{Code: CodeInvalidRequest, Message: e.Message, Err: e.Err}

@@ -18,7 +18,7 @@ func BenchmarkValidate(b *testing.B) {
 	})
 	b.Run("full", func(b *testing.B) {
 		b.ReportAllocs()
-		s := v.byType[RunStepCompleted]
+		s := v.schemaOf(b, RunStepCompleted)
 		for b.Loop() {
 			if err := validateFull(RunStepCompleted, s, data); err != nil {
 				b.Fatal(err)
