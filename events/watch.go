@@ -18,16 +18,22 @@ type BucketCache struct {
 	w     jetstream.KeyWatcher
 }
 
-// WatchBucket starts caching bucket. It returns at once; Ready is closed
-// once the initial values are loaded.
-func WatchBucket(ctx context.Context, js jetstream.JetStream, bucket string) (*BucketCache, error) {
+// WatchBucket starts caching bucket, or only its keys that match one of
+// keys (KV key filters: "*" is every key of one token) when some are
+// given. It returns at once; Ready is closed once the initial values are
+// loaded.
+func WatchBucket(ctx context.Context, js jetstream.JetStream, bucket string, keys ...string) (*BucketCache, error) {
 	kv, err := BindBucket(ctx, js, bucket)
 	if err != nil {
 		return nil, err
 	}
 	var w jetstream.KeyWatcher
 	err = WhileUnavailable(ctx, func() (err error) {
-		w, err = kv.WatchAll(ctx)
+		if len(keys) == 0 {
+			w, err = kv.WatchAll(ctx)
+		} else {
+			w, err = kv.WatchFiltered(ctx, keys)
+		}
 		return err
 	})
 	if err != nil {

@@ -63,6 +63,11 @@ const (
 	DefaultQuietPeriod = 30 * 24 * time.Hour
 )
 
+// PatternKeys is the KV key filter of heed_patterns' patterns alone: a
+// pattern id ("pat-" and 20 hex) is one token, and the bucket's other keys
+// (tool.<tool>, call.<run-id>) are two.
+const PatternKeys = "*"
+
 // Pattern is a recurring failure of a tool for calls of one shape
 // (heed_patterns, key: the pattern id).
 type Pattern struct {

@@ -127,7 +127,11 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		return err
 	}
 	defer fixes.Stop()
-	patterns, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.PatternsBucket)
+	// The patterns alone (their ids are one token): the bucket also
+	// holds a key per run with calls in flight and one per tool, which the
+	// runner never reads and which would otherwise be decoded at every
+	// change and visited by every tool call's look for warnings.
+	patterns, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.PatternsBucket, readmodel.PatternKeys)
 	if err != nil {
 		return err
 	}
