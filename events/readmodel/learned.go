@@ -271,6 +271,12 @@ func (s EscalationStats) AvoidedShare() float64 {
 
 var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
+// DecisionCacheKeys is the KV key filter of heed_decisions' decision
+// cache alone (DecisionKey, EscalationDecisionKey): the bucket's other keys
+// (req.<confirm-id>, one kept for every confirmation ever asked; run.<id>;
+// esc.<id>) are the projection's own bookkeeping.
+const DecisionCacheKeys = "op.>"
+
 // DecisionKey is the heed_decisions key of an operation and scope.
 func DecisionKey(operation, scope string) string {
 	return "op." + keyToken(operation) + "." + keyToken(scope)

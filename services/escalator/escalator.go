@@ -73,7 +73,9 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 			return err
 		}
 	}
-	cache, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.DecisionsBucket)
+	// The cache's keys alone: the bucket also keeps a marker for every
+	// confirmation ever asked, which held in memory here grew without end.
+	cache, err := events.WatchBucket(ctx, rt.Bus.JetStream(), readmodel.DecisionsBucket, readmodel.DecisionCacheKeys)
 	if err != nil {
 		return err
 	}
