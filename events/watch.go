@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,7 +33,9 @@ func WatchBucket(ctx context.Context, js jetstream.JetStream, bucket string, key
 		if len(keys) == 0 {
 			w, err = kv.WatchAll(ctx)
 		} else {
-			w, err = kv.WatchFiltered(ctx, keys)
+			// A copy each try: nats.go rewrites the slice it is given
+			// into subjects, which a second try would refuse as keys.
+			w, err = kv.WatchFiltered(ctx, slices.Clone(keys))
 		}
 		return err
 	})
