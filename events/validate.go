@@ -51,21 +51,7 @@ type lazySchema struct {
 // would be incomplete.
 func NewValidator() (*Validator, error) {
 	fsys := schemas.FS()
-	c := jsonschema.NewCompiler()
-	c.Draft = jsonschema.Draft2020
-	c.AssertFormat = true
-	c.LoadURL = func(url string) (io.ReadCloser, error) {
-		name, ok := strings.CutPrefix(url, schemas.BaseURL)
-		if !ok {
-			return nil, fmt.Errorf("%s is not one of heed's schemas (%s...)", url, schemas.BaseURL)
-		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(bytes.NewReader(b)), nil
-	}
-	v := &Validator{compiler: c, commands: map[string]*lazySchema{}, byType: make(map[Type]*lazySchema, len(catalog))}
+	v := &Validator{compiler: newCompiler(), commands: map[string]*lazySchema{}, byType: make(map[Type]*lazySchema, len(catalog))}
 	add := func(path string) (*lazySchema, error) {
 		if _, err := fs.Stat(fsys, path); err != nil {
 			return nil, fmt.Errorf("load schemas: %w", err)
@@ -89,14 +75,47 @@ func NewValidator() (*Validator, error) {
 	return v, nil
 }
 
-// compiled is l, compiled now if it was not yet.
+// newCompiler is a compiler of heed's schemas, which it reads from the
+// binary's copy (schemas.FS) and from nowhere else.
+func newCompiler() *jsonschema.Compiler {
+	fsys := schemas.FS()
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	c.LoadURL = func(url string) (io.ReadCloser, error) {
+		name, ok := strings.CutPrefix(url, schemas.BaseURL)
+		if !ok {
+			return nil, fmt.Errorf("%s is not one of heed's schemas (%s...)", url, schemas.BaseURL)
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	return c
+}
+
+// compiled is l, compiled now if it was not yet. A schema that does not
+// compile (a defect of the binary: TestEverySchemaCompiles) is an internal
+// error for every check of its type, and the compiler, which may hold
+// parts of it half built, is replaced so that the next schema compiles
+// from a clean one.
 func (v *Validator) compiled(l *lazySchema) (*lazySchema, error) {
 	l.once.Do(func() {
 		v.mu.Lock()
 		defer v.mu.Unlock()
-		s, err := v.compiler.Compile(l.url)
+		s, err := func() (s *jsonschema.Schema, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			return v.compiler.Compile(l.url)
+		}()
 		if err != nil {
 			l.err = &Error{Code: CodeInternal, Message: fmt.Sprintf("compile schema %s", strings.TrimPrefix(l.url, schemas.BaseURL)), Err: err}
+			v.compiler = newCompiler()
 			return
 		}
 		l.full = s
@@ -155,7 +174,8 @@ func (v *Validator) Validate(t Type, data []byte) error {
 }
 
 // ValidateCommand checks a command request (JSON) against the schema of
-// its subject. A failure is an *Error with code invalid_request.
+// its subject. A failure is an *Error with code invalid_request (internal
+// if the schema itself does not compile).
 func (v *Validator) ValidateCommand(subject string, body []byte) error {
 	l, ok := v.commands[subject]
 	if !ok {

@@ -44,7 +44,7 @@ func TestEverySchemaCompiles(t *testing.T) {
 	}
 }
 
-// A validator compiles only what it is asked to check, once, however many
+// A validator compiles only what it is asked to check, however many
 // goroutines ask at the same moment; the verdicts are those of a
 // validator that compiled everything first.
 func TestSchemasCompiledOnFirstUse(t *testing.T) {
@@ -113,9 +113,14 @@ func TestSchemasLoadOnlyFromTheBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lazySchema{url: "https://example.com/schema.json"}
-	if _, err := v.compiled(l); CodeOf(err) != CodeInternal {
-		t.Fatalf("compiling a schema from elsewhere: %v, want an internal error", err)
+	for _, url := range []string{"https://example.com/schema.json", "https://heed.dev/schemas/events/heed.nothing.here.json"} {
+		l := &lazySchema{url: url}
+		if _, err := v.compiled(l); CodeOf(err) != CodeInternal {
+			t.Fatalf("compiling %s: %v, want an internal error", url, err)
+		}
+		if _, err := v.compiled(l); CodeOf(err) != CodeInternal {
+			t.Fatalf("compiling %s again: %v, want the same internal error", url, err)
+		}
 	}
 	if err := v.Validate(RunStepCompleted, []byte(`{"step":"a","index":0,"attempt":1,"duration_ms":1}`)); err != nil {
 		t.Fatalf("a failed compile of one schema broke the next: %v", err)
