@@ -36,8 +36,12 @@ func Run(ctx context.Context, rt *service.Runtime) error {
 			return err
 		}
 		consumers = append(consumers, c)
-		name := p.Name()
-		rt.AddCheck(name, func() any { return c.Stats() })
+	}
+	// The checks once every projector runs: a registered check is what
+	// heed up (and servicetest) take for "set up".
+	for i, p := range Projections() {
+		c := consumers[i]
+		rt.AddCheck(p.Name(), func() any { return c.Stats() })
 	}
 	<-ctx.Done()
 	dctx, cancel := service.DrainContext()
