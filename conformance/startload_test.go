@@ -15,7 +15,8 @@ import (
 // (skills of about 190 KiB, every step an expression to compile, refused
 // at the end for a tool the runner does not have, so that they cost the
 // request and nothing after it), small start requests are still answered
-// quickly: p90 within 50 ms (250 ms under -short).
+// quickly: p50 within 50 ms and p90 within 250 ms (p90 alone under
+// -short).
 func TestStartStaysAnswered(t *testing.T) {
 	h := startHeed(t)
 	big := func(n int) string {
@@ -76,16 +77,23 @@ func TestStartStaysAnswered(t *testing.T) {
 		// so a start can wait for other tests' CPU: the short tier checks
 		// only what the cure is for (small starts queued behind large ones
 		// took about 1 s), on p90 so that one or two starts that lost the
-		// CPU do not fail it. make test and make unit check p90 50 ms.
+		// CPU do not fail it. make test and make unit check the median
+		// too.
 		if p90 := lat[len(lat)*9/10]; p90 > 250*time.Millisecond {
 			t.Errorf("p90 %s, want within 250 ms", p90)
 		}
 		return
 	}
-	// p90, not p99: with 40 samples p99 is the one slowest start, which a
-	// moment of CPU lost to another package's tests decides (50.98 ms once
-	// in CI). Queued behind the large ones, most small starts took about 1 s.
-	if p90 := lat[len(lat)*9/10]; p90 > 50*time.Millisecond {
-		t.Errorf("p90 %s, want within 50 ms", p90)
+	// The median within 50 ms, and p90 within 250 ms: queued behind the
+	// large ones, most small starts took about 1 s, which fails both. p90
+	// alone at 50 ms was decided by moments of CPU lost to the packages
+	// make test runs beside this one (50.98 ms once in CI on p99; p90 133
+	// ms with p50 4.6 ms once on a clean clone, where alone it gives p99
+	// 17-35 ms).
+	if p50 > 50*time.Millisecond {
+		t.Errorf("p50 %s, want within 50 ms", p50)
+	}
+	if p90 := lat[len(lat)*9/10]; p90 > 250*time.Millisecond {
+		t.Errorf("p90 %s, want within 250 ms", p90)
 	}
 }
