@@ -155,6 +155,15 @@ func (r *Runtime) AddCheck(name string, f func() any) {
 	r.checks[name] = f
 }
 
+// SetUp reports whether the service has set up: its entry point registers
+// its health checks once its consumers and commands exist, so a registered
+// check is what heed up (before it says ready) and tests wait for.
+func (r *Runtime) SetUp() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.checks) > 0
+}
+
 // Health is what a health check returns.
 type Health struct {
 	Service   string   `json:"service"`

@@ -420,7 +420,7 @@ func waitStarted(ctx context.Context, log *slog.Logger, rt *service.Runtime, don
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	slow := time.After(30 * time.Second)
-	for len(rt.Health().Checks) == 0 {
+	for !rt.SetUp() {
 		select {
 		case <-ctx.Done():
 			return

@@ -18,10 +18,9 @@ import (
 // Start runs a service's entry point against env on a connection
 // of its own, as heed up does, and stops it when the test ends (or when
 // the returned stop is called): it must return within 20 s, with nil or
-// context.Canceled. It returns once the service has set up (its consumers
-// and commands exist: it registered its health checks, which is what
-// heed up waits for before it says ready), so that a test's first request
-// does not race the service's start.
+// context.Canceled. It returns once the service has set up
+// (service.Runtime.SetUp, which heed up waits for too), so that a test's
+// first request does not race the service's start.
 func Start(t testing.TB, env *eventstest.Env, name string, run service.RunFunc) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +48,7 @@ func Start(t testing.TB, env *eventstest.Env, name string, run service.RunFunc) 
 	}
 	t.Cleanup(stop)
 	deadline := time.Now().Add(20 * time.Second)
-	for len(rt.Health().Checks) == 0 {
+	for !rt.SetUp() {
 		select {
 		case err := <-done:
 			done <- err // for stop
