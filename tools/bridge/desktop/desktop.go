@@ -170,14 +170,31 @@ type shown struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	notif  string // the notification's id, once known
+	// known is closed once notif is set: an answer from elsewhere can come
+	// before notify-send has printed the id, and replacing the
+	// notification with the outcome needs it.
+	known     chan struct{}
+	knownOnce sync.Once
 }
+
+// setID records the notification's id.
+func (s *shown) setID(id string) {
+	s.mu.Lock()
+	s.notif = id
+	s.mu.Unlock()
+	s.knownOnce.Do(func() { close(s.known) })
+}
+
+// idWait bounds how long the outcome waits for a notification's id that
+// notify-send has not printed yet.
+const idWait = 2 * time.Second
 
 func (d *desk) show(ctx context.Context, o bridge.Offer) {
 	sctx, cancel := context.WithCancel(ctx)
 	if !o.Deadline.IsZero() {
 		sctx, cancel = context.WithDeadline(ctx, o.Deadline)
 	}
-	s := &shown{offer: o, cancel: cancel}
+	s := &shown{offer: o, cancel: cancel, known: make(chan struct{})}
 	d.mu.Lock()
 	d.shown[o.ID] = s
 	d.mu.Unlock()
@@ -223,6 +240,14 @@ func (d *desk) closed(ctx context.Context, u bridge.Update) {
 		return
 	}
 	s.cancel()
+	if d.b.Notify != "" && !s.offer.Dialog && u.Winner != nil {
+		// Shown, but its id maybe not read yet (notify below learns it
+		// until idWait after the cancel).
+		select {
+		case <-s.known:
+		case <-time.After(idWait + time.Second):
+		}
+	}
 	s.mu.Lock()
 	id := s.notif
 	s.mu.Unlock()
@@ -402,11 +427,18 @@ func (d *desk) notify(ctx context.Context, s *shown) (string, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return "", nil // answered elsewhere, or the deadline passed
+			// Answered elsewhere, or the deadline passed: the outcome
+			// replaces the notification (closed), which needs its id;
+			// notify-send may not have printed it yet.
+			select {
+			case <-s.known:
+			case id := <-cur.id:
+				s.setID(id)
+			case <-time.After(idWait):
+			}
+			return "", nil
 		case id := <-cur.id:
-			s.mu.Lock()
-			s.notif = id
-			s.mu.Unlock()
+			s.setID(id)
 		case c := <-choices:
 			return valid(o, c)
 		case g := <-exited:
