@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ReadLog calls fn for every stored message matching filters, in log order,
@@ -153,61 +152,50 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	last = first.Seq
 	for got < want {
 		size := int(min(want-got, historyBatch))
-		batch, err := jetstreamext.GetBatch(ctx, js, stream, size,
-			jetstreamext.GetBatchSeq(last+1), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(historyMaxBytes))
+		req, err := json.Marshal(struct {
+			Seq      uint64 `json:"seq"`
+			NextBy   string `json:"next_by_subj"`
+			Batch    int    `json:"batch"`
+			MaxBytes int    `json:"max_bytes"`
+		}{last + 1, filter, size, historyMaxBytes})
 		if err != nil {
+			return last, err
+		}
+		batch, err := directBatch(ctx, js, stream, req)
+		if err != nil && !errors.Is(err, errNoDirectMessages) {
 			return last, unavailable(err)
 		}
-		n, none := 0, false
-		for m, err := range batch {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				none = true
-				break
-			}
-			if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
-				return last, unavailable(fmt.Errorf("the stream does not answer batched direct gets (is it there, allowing direct get, on nats-server 2.11 or later?): %w", err))
-			}
-			if err != nil {
-				return last, unavailable(err)
-			}
-			n++
-			got++
-			for _, h := range directGetHeaders {
-				m.Header.Del(h)
-			}
-			if err := fn(RawMsg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Sequence, Stored: m.Time}); err != nil {
-				return m.Sequence, err
-			}
-			last = m.Sequence
-			if got >= want {
-				return last, nil
-			}
-		}
-		if n == 0 {
+		if len(batch) == 0 {
 			if ctx.Err() != nil {
 				return last, ctx.Err()
 			}
-			// The server said more were stored, and none came (a timeout,
-			// or the messages were purged meanwhile): a short read must
-			// not pass for the whole history.
-			return last, unavailable(fmt.Errorf("the read stopped short: %d of %d messages (%v)", got, want, reasonNone(none)))
+			// The server said more were stored, and none came (the
+			// messages were purged meanwhile): a short read must not pass
+			// for the whole history.
+			return last, unavailable(fmt.Errorf("the read stopped short: %d of %d messages (no messages)", got, want))
+		}
+		for _, m := range batch {
+			raw, err := directRaw(m)
+			if err != nil {
+				return last, unavailable(err)
+			}
+			got++
+			if err := fn(*raw); err != nil {
+				return raw.Seq, err
+			}
+			last = raw.Seq
+			if got >= want {
+				return last, nil
+			}
 		}
 	}
 	return last, nil
 }
 
-func reasonNone(none bool) string {
-	if none {
-		return "no messages"
-	}
-	return "no reply in time"
-}
-
 // firstOf reads the first message of filter at or after seq, with how many
 // more the stream holds after it, in one request through the connection's
-// shared reply subscription: a batch read subscribes an inbox of its own,
-// whose channel of 64k slots was a large allocation per history read. It
-// returns nil when there is none.
+// shared reply subscription (no inbox of its own, as a batch of more needs:
+// directBatch). It returns nil when there is none.
 func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*RawMsg, uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

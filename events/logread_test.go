@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -152,5 +153,67 @@ func TestReadHistoryNeverShort(t *testing.T) {
 		if events.CodeOf(err) != events.CodeUnavailable || calls != 0 {
 			t.Errorf("read from %s: %d calls, err %v; want an unavailable error", stream, calls, err)
 		}
+	}
+}
+
+// TestLastOfEach reads the last message of each of many literal subjects
+// across several requests: only the subjects that have one come back, each
+// once with its last message, and a read of none finds nothing. Each
+// request costs the reader far less than the 512 KB a synchronous
+// subscription's channel would (jetstreamext's GetLastMsgsFor).
+func TestLastOfEach(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := testCtx(t)
+	const n = 700 // three requests
+	var subjects []string
+	want := map[string]string{} // subject -> id of its last message
+	for i := range n {
+		agg := fmt.Sprintf("r%03d", i)
+		subjects = append(subjects, events.RunStepFailed.Subject(agg))
+		if i%100 != 7 {
+			continue
+		}
+		for k := range 2 {
+			id := fmt.Sprintf("%s/%d", agg, k)
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, agg, id, stepFailedData)); err != nil {
+				t.Fatal(err)
+			}
+			want[events.RunStepFailed.Subject(agg)] = id
+		}
+	}
+	got, err := events.LastOfEach(ctx, bus.JetStream(), events.EventStream, subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d messages, want %d", len(got), len(want))
+	}
+	for _, m := range got {
+		ev, err := bus.Codec().DecodeStored(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want[m.Subject] != ev.ID() {
+			t.Fatalf("%s: got %s, want %s", m.Subject, ev.ID(), want[m.Subject])
+		}
+		delete(want, m.Subject)
+	}
+	none, err := events.LastOfEach(ctx, bus.JetStream(), events.EventStream, subjects[:5])
+	if err != nil || len(none) != 0 {
+		t.Fatalf("subjects with no message: %d messages, %v", len(none), err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const reads = 10
+	for range reads {
+		if _, err := events.LastOfEach(ctx, bus.JetStream(), events.EventStream, subjects[:256]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	t.Logf("per request %d KB", (after.TotalAlloc-before.TotalAlloc)/reads>>10)
+	if per := (after.TotalAlloc - before.TotalAlloc) / reads; per > 256<<10 {
+		t.Fatalf("a request of 256 subjects allocated %d KB, want far less than a 512 KB channel", per>>10)
 	}
 }

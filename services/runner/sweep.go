@@ -13,7 +13,6 @@ import (
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // The sweep: no run waits for nothing. The runner acts when an event of a
@@ -119,38 +118,28 @@ func (e *engine) sweep(ctx context.Context, quiet time.Duration, fromIndex bool)
 }
 
 // answered reports which of the confirmations have an answer in the log,
-// asking for the last message of their answer subjects, 256 at a time.
+// asking for the last message of their answer subjects (events.LastOfEach:
+// 256 subjects a request).
 func (e *engine) answered(ctx context.Context, cids []string) (map[string]bool, error) {
 	out := map[string]bool{}
-	for len(cids) > 0 {
-		chunk := cids[:min(len(cids), answerLookBatch)]
-		cids = cids[len(chunk):]
-		subjects := make([]string, len(chunk))
-		for i, cid := range chunk {
-			subjects[i] = events.ConfirmAnswered.Subject(cid)
-		}
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, e.bus.JetStream(), events.EventStream, subjects)
-		if err != nil {
-			return nil, err
-		}
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break // none of them answered
-			}
-			if err != nil {
-				return nil, err
-			}
-			if cid, ok := strings.CutSuffix(strings.TrimPrefix(m.Subject, events.Prefix+".confirm."), ".answered"); ok {
-				out[cid] = true
-			}
+	if len(cids) == 0 {
+		return out, nil
+	}
+	subjects := make([]string, len(cids))
+	for i, cid := range cids {
+		subjects[i] = events.ConfirmAnswered.Subject(cid)
+	}
+	msgs, err := events.LastOfEach(ctx, e.bus.JetStream(), events.EventStream, subjects)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if cid, ok := strings.CutSuffix(strings.TrimPrefix(m.Subject, events.Prefix+".confirm."), ".answered"); ok {
+			out[cid] = true
 		}
 	}
 	return out, nil
 }
-
-// answerLookBatch is how many answer subjects one look asks for (the
-// server answers up to 1,024 messages a request).
-const answerLookBatch = 256
 
 // activeFromIndex adds the runs the index says are not over and this
 // process has never seen: those a runner that started (or took over
