@@ -55,26 +55,19 @@ func Values[T any](ctx context.Context, c *Client, bucket string, keep func(key 
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("bucket %s (is heed running every service?): %v", bucket, err), Err: err}
 	}
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]T{}
-	for k := range lister.Keys() {
+	err = events.ScanBucket(ctx, kv, "", func(k string, value []byte) error {
 		if keep != nil && !keep(k) {
-			continue
-		}
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
+			return nil
 		}
 		var v T
-		if readmodel.Decode(e.Value(), &v) {
+		if readmodel.Decode(value, &v) {
 			out[k] = v
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -86,20 +79,16 @@ func (c *Client) Index(ctx context.Context, kind string) ([]readmodel.IndexEntry
 	if err != nil {
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("index bucket (is the indexer running?): %v", err), Err: err}
 	}
-	lister, err := kv.ListKeysFiltered(ctx, kind+".>")
-	if err != nil {
-		return nil, err
-	}
 	var out []readmodel.IndexEntry
-	for k := range lister.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
+	err = events.ScanBucket(ctx, kv, kind+".>", func(_ string, value []byte) error {
 		var x readmodel.IndexEntry
-		if readmodel.Decode(e.Value(), &x) {
+		if readmodel.Decode(value, &x) {
 			out = append(out, x)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Last.Time.After(out[j].Last.Time) })
 	return out, nil

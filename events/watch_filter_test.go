@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,5 +64,101 @@ func TestWatchBucketFiltered(t *testing.T) {
 		if c.Get(k, &v) {
 			t.Errorf("the cache holds %s", k)
 		}
+	}
+}
+
+// TestScanBucket passes the current value of every live key that matches
+// the filter, each once, and ends: overwritten keys give their last value,
+// deleted and purged keys nothing; an empty bucket or filter ends at once.
+// It reads far faster than a request per key.
+func TestScanBucket(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "scanned"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(filter string) map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		if err := events.ScanBucket(ctx, kv, filter, func(k string, v []byte) error {
+			if _, dup := got[k]; dup {
+				t.Fatalf("%s passed twice", k)
+			}
+			got[k] = string(v)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := scan(""); len(got) != 0 {
+		t.Fatalf("empty bucket: %v", got)
+	}
+	const n = 3000
+	for i := range n {
+		if _, err := kv.Put(ctx, fmt.Sprintf("run.r%d", i), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("run.r%d", i), []byte("v2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, fmt.Sprintf("confirm.c%d", i), []byte("c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kv.Delete(ctx, "run.r10"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "run.r11"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got := scan("run.>")
+	took := time.Since(start)
+	if len(got) != n-2 {
+		t.Fatalf("%d keys, want %d", len(got), n-2)
+	}
+	for k, v := range got {
+		want := "v1"
+		var i int
+		if _, err := fmt.Sscanf(k, "run.r%d", &i); err != nil {
+			t.Fatalf("key %s outside the filter", k)
+		}
+		if i < 10 {
+			want = "v2"
+		}
+		if i == 10 || i == 11 {
+			t.Fatalf("%s was removed and still passed", k)
+		}
+		if v != want {
+			t.Fatalf("%s = %s, want %s", k, v, want)
+		}
+	}
+	if all := scan(""); len(all) != n-2+10 {
+		t.Fatalf("every key: %d, want %d", len(all), n-2+10)
+	}
+	if none := scan("nosuch.>"); len(none) != 0 {
+		t.Fatalf("no key matches: %v", none)
+	}
+	// The same read a request per key, as listing and getting did.
+	start = time.Now()
+	lister, err := kv.ListKeysFiltered(ctx, "run.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range lister.Keys() {
+		if _, err := kv.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perKey := time.Since(start)
+	t.Logf("%d keys: scan %v, list and get each %v", n-2, took, perKey)
+	if took > perKey {
+		t.Fatalf("the scan took %v, listing and getting each key %v", took, perKey)
 	}
 }

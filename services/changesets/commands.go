@@ -273,19 +273,15 @@ func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, er
 	if !req.All {
 		sets = s.open.list(req.Agent, req.Subject)
 	} else {
-		lister, err := s.kv.ListKeysFiltered(ctx, "set.>")
-		if err != nil {
-			return nil, &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
-		}
-		for key := range lister.Keys() {
-			e, err := s.kv.Get(ctx, key)
-			if err != nil {
-				continue
-			}
+		err := events.ScanBucket(ctx, s.kv, "set.>", func(_ string, value []byte) error {
 			var st command.ChangeSetState
-			if readmodel.Decode(e.Value(), &st) && matches(&st, req.Agent, req.Subject) {
+			if readmodel.Decode(value, &st) && matches(&st, req.Agent, req.Subject) {
 				sets = append(sets, st)
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 		}
 		sortNewest(sets)
 	}

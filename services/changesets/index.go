@@ -27,19 +27,15 @@ type openIndex struct {
 func newOpenIndex() *openIndex { return &openIndex{sets: map[string]command.ChangeSetState{}} }
 
 func (o *openIndex) load(ctx context.Context, kv jetstream.KeyValue) error {
-	lister, err := kv.ListKeysFiltered(ctx, "set.>")
-	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
-	}
-	for key := range lister.Keys() {
-		v, err := kv.Get(ctx, key)
-		if err != nil {
-			continue // removed meanwhile
-		}
+	err := events.ScanBucket(ctx, kv, "set.>", func(_ string, value []byte) error {
 		var st command.ChangeSetState
-		if readmodel.Decode(v.Value(), &st) {
+		if readmodel.Decode(value, &st) {
 			o.apply(st)
 		}
+		return nil
+	})
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 	}
 	return nil
 }

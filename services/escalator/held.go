@@ -3,7 +3,6 @@ package escalator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -68,38 +67,25 @@ func (h *heldIndex) load(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return &events.Error{Code: events.CodeUnavailable, Message: "bucket " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
 	}
-	var keys []string
+	// Read whole before any is applied: a try cut short by NATS is read
+	// again from the start. A held escalation left out would never be
+	// resumed at start.
+	var summaries []readmodel.Escalation
 	err = events.WhileUnavailable(ctx, func() error {
-		lister, err := kv.ListKeysFiltered(ctx, "esc.>")
-		if err != nil {
-			return err
-		}
-		keys = keys[:0]
-		for key := range lister.Keys() {
-			keys = append(keys, key)
-		}
-		return nil
+		summaries = summaries[:0]
+		return events.ScanBucket(ctx, kv, "esc.>", func(_ string, value []byte) error {
+			var s readmodel.Escalation
+			if readmodel.Decode(value, &s) {
+				summaries = append(summaries, s)
+			}
+			return nil
+		})
 	})
 	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
+		return &events.Error{Code: events.CodeUnavailable, Message: "read " + readmodel.EscalationsBucket + ": " + err.Error(), Err: err}
 	}
-	for _, key := range keys {
-		var v jetstream.KeyValueEntry
-		err := events.WhileUnavailable(ctx, func() (err error) {
-			v, err = kv.Get(ctx, key)
-			return err
-		})
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			// A held escalation left out would never be resumed at start.
-			return &events.Error{Code: events.CodeUnavailable, Message: "read " + readmodel.EscalationsBucket + " " + key + ": " + err.Error(), Err: err}
-		}
-		var s readmodel.Escalation
-		if readmodel.Decode(v.Value(), &s) {
-			h.apply(s)
-		}
+	for _, s := range summaries {
+		h.apply(s)
 	}
 	return nil
 }

@@ -156,18 +156,10 @@ func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) err
 	if err != nil {
 		return err
 	}
-	lister, err := kv.ListKeysFiltered(ctx, "run.>")
-	if err != nil {
-		return err
-	}
-	for k := range lister.Keys() {
-		entry, err := kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
+	return events.ScanBucket(ctx, kv, "run.>", func(_ string, value []byte) error {
 		var x readmodel.IndexEntry
-		if !readmodel.Decode(entry.Value(), &x) {
-			continue
+		if !readmodel.Decode(value, &x) {
+			return nil
 		}
 		switch x.Status {
 		case "requested", "running", "paused":
@@ -175,8 +167,8 @@ func (e *engine) activeFromIndex(ctx context.Context, ids map[string]string) err
 				ids[x.ID] = ""
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // sweepRun reconciles one run if it has been quiet long enough.
@@ -358,19 +350,15 @@ func (e *engine) abandonIdle(ctx context.Context, idle time.Duration) (int, erro
 		return 0, err
 	}
 	if kv != nil {
-		lister, err := kv.ListKeysFiltered(ctx, "run.>")
-		if err != nil {
-			return 0, err
-		}
-		for k := range lister.Keys() {
-			entry, err := kv.Get(ctx, k)
-			if err != nil {
-				continue
-			}
+		err := events.ScanBucket(ctx, kv, "run.>", func(_ string, value []byte) error {
 			var x readmodel.IndexEntry
-			if readmodel.Decode(entry.Value(), &x) && !x.Terminal() && now.Sub(x.Last.Time) >= idle {
+			if readmodel.Decode(value, &x) && !x.Terminal() && now.Sub(x.Last.Time) >= idle {
 				ids[x.ID] = ""
 			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	n := 0
