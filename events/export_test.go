@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ReplayBeforeApply runs a function between Replay's comparison and its
@@ -32,4 +33,10 @@ func WriteBatch(ctx context.Context, b *Bus, msgs []*nats.Msg) (int, error) {
 func ProjCacheBehind(t interface{ Cleanup(func()) }, n uint64) {
 	old := projCacheBehind.Swap(n)
 	t.Cleanup(func() { projCacheBehind.Store(old) })
+}
+
+// LeaderGet is leaderGet: a key's value and revision, from the stream API
+// (direct false) or a direct get (direct true).
+func LeaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string, direct bool) ([]byte, uint64, error) {
+	return leaderGet(ctx, js, bucket, key, direct)
 }

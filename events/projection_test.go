@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -618,5 +619,63 @@ func TestReplaySkipsWhatTheProjectionRefuses(t *testing.T) {
 	}
 	if !rep.Identical() || rep.Events != 2 || rep.Skipped != 1 || rep.Keys != 1 {
 		t.Errorf("replay = %+v; want identical, 2 events applied, 1 skipped, 1 key", rep)
+	}
+}
+
+// TestLeaderGetDirect: a projector's read of a one-replica bucket is a
+// direct get, and gives what the stream API's message get gives for every
+// state a key can be in: never written, written, overwritten, deleted,
+// purged, removed by its TTL.
+func TestLeaderGetDirect(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx := testCtx(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leaderget", LimitMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(k, v string, opts ...jetstream.KVCreateOpt) {
+		t.Helper()
+		if len(opts) > 0 {
+			if _, err := kv.Create(ctx, k, []byte(v), opts...); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if _, err := kv.Put(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("written", "1")
+	put("overwritten", "1")
+	put("overwritten", "2")
+	put("deleted", "1")
+	if err := kv.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	put("purged", "1")
+	if err := kv.Purge(ctx, "purged"); err != nil {
+		t.Fatal(err)
+	}
+	put("expires", "1", jetstream.KeyTTL(time.Second))
+	eventstest.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if _, err := kv.Get(ctx, "expires"); err == nil {
+			return errors.New("the key with a TTL is still there")
+		}
+		return nil
+	})
+	for _, key := range []string{"never", "written", "overwritten", "deleted", "purged", "expires"} {
+		v1, rev1, err1 := events.LeaderGet(ctx, js, "leaderget", key, false)
+		v2, rev2, err2 := events.LeaderGet(ctx, js, "leaderget", key, true)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v / %v", key, err1, err2)
+		}
+		if string(v1) != string(v2) || rev1 != rev2 {
+			t.Fatalf("%s: the stream API gives %q rev %d, a direct get %q rev %d", key, v1, rev1, v2, rev2)
+		}
+		want := map[string]string{"written": "1", "overwritten": "2"}[key]
+		if string(v2) != want || (want != "") != (rev2 != 0) {
+			t.Fatalf("%s: %q rev %d, want %q", key, v2, rev2, want)
+		}
 	}
 }
