@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,13 +30,23 @@ var errNoDirectMessages = errors.New("no messages")
 // deadline.
 const directBatchWait = 5 * time.Second
 
+// directEnd is what a batch's end-of-batch marker said: how many matching
+// messages the server did not send (it stops at max_bytes, the server's
+// max_pending by default), and for a multi-last request the sequence it
+// read up to.
+type directEnd struct {
+	pending, upTo uint64
+}
+
 // directBatch sends one batched direct get request to stream and returns
-// the messages it answered, in order, without the end-of-batch marker. A
-// request that matched nothing is errNoDirectMessages; a reply that is not
-// a batch's (a server without batched direct gets) or a status other than
-// 404 is an error. The server bounds a batch (max_bytes, 1,024 messages for
-// a multi-last request), so the whole answer is held.
-func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req []byte) ([]*nats.Msg, error) {
+// the messages it answered, in order, without the end-of-batch marker,
+// and what the marker said. A request that matched nothing is
+// errNoDirectMessages; a reply that is not a batch's (a server without
+// batched direct gets), a status other than 404, or a 404 after messages
+// (the server failed to load one it had found) is an error. The server
+// bounds a batch (max_bytes, 1,024 messages for a multi-last request), so
+// the whole answer is held.
+func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req []byte) ([]*nats.Msg, directEnd, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, directBatchWait)
@@ -49,6 +60,7 @@ func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req
 		ended = make(chan struct{})
 		end   error
 		over  bool
+		eob   directEnd
 	)
 	finish := func(err error) {
 		if !over {
@@ -68,9 +80,15 @@ func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req
 			switch status := m.Header.Get("Status"); status {
 			case "":
 			case "204": // end of batch
+				eob.pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				eob.upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
 				finish(nil)
 				return
 			case "404":
+				if len(got) > 0 {
+					finish(fmt.Errorf("direct get: cut short after %d messages: %s", len(got), m.Header.Get("Description")))
+					return
+				}
 				finish(errNoDirectMessages)
 				return
 			case "503":
@@ -88,11 +106,11 @@ func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req
 		got = append(got, m)
 	})
 	if err != nil {
-		return nil, err
+		return nil, directEnd{}, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.PublishRequest(apiPrefix(js)+"DIRECT.GET."+stream, inbox, req); err != nil {
-		return nil, err
+		return nil, directEnd{}, err
 	}
 	select {
 	case <-ended:
@@ -103,7 +121,7 @@ func directBatch(ctx context.Context, js jetstream.JetStream, stream string, req
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return got, end
+	return got, eob, end
 }
 
 // LastOfEach reads the last message of each of subjects (literal
@@ -116,25 +134,47 @@ func LastOfEach(ctx context.Context, js jetstream.JetStream, stream string, subj
 	for len(subjects) > 0 {
 		chunk := subjects[:min(len(subjects), lastOfEachBatch)]
 		subjects = subjects[len(chunk):]
-		req, err := json.Marshal(struct {
-			MultiLast []string `json:"multi_last"`
-		}{chunk})
-		if err != nil {
-			return nil, err
+		fail := func(err error) error {
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last message of %d subjects on %s: %v", len(chunk), stream, err), Err: err}
 		}
-		msgs, err := directBatch(ctx, js, stream, req)
-		if errors.Is(err, errNoDirectMessages) {
-			continue
-		}
-		if err != nil {
-			return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last message of %d subjects on %s: %v", len(chunk), stream, err), Err: err}
-		}
-		for _, m := range msgs {
-			raw, err := directRaw(m)
+		// The server sends the messages in log order and stops at
+		// max_bytes (asked for as a history read does: a batch of the
+		// server's max_pending could trip its slow-consumer limit),
+		// saying how many it left: the rest is asked for from the next
+		// sequence, up to the same end.
+		var from, upTo uint64
+		for {
+			req, err := json.Marshal(struct {
+				MultiLast []string `json:"multi_last"`
+				Seq       uint64   `json:"seq,omitempty"`
+				UpTo      uint64   `json:"up_to_seq,omitempty"`
+				MaxBytes  int      `json:"max_bytes"`
+			}{chunk, from, upTo, historyMaxBytes})
 			if err != nil {
-				return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last message of %d subjects on %s: %v", len(chunk), stream, err), Err: err}
+				return nil, err
 			}
-			out = append(out, *raw)
+			msgs, end, err := directBatch(ctx, js, stream, req)
+			if errors.Is(err, errNoDirectMessages) {
+				break
+			}
+			if err != nil {
+				return nil, fail(err)
+			}
+			for _, m := range msgs {
+				raw, err := directRaw(m)
+				if err != nil {
+					return nil, fail(err)
+				}
+				out = append(out, *raw)
+				from = raw.Seq + 1
+			}
+			if end.pending == 0 {
+				break
+			}
+			if len(msgs) == 0 || end.upTo == 0 {
+				return nil, fail(fmt.Errorf("the server left %d messages and sent none", end.pending))
+			}
+			upTo = end.upTo
 		}
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,5 +39,12 @@ func ProjCacheBehind(t interface{ Cleanup(func()) }, n uint64) {
 // LeaderGet is leaderGet: a key's value and revision, from the stream API
 // (direct false) or a direct get (direct true).
 func LeaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string, direct bool) ([]byte, uint64, error) {
-	return leaderGet(ctx, js, bucket, key, direct)
+	if !direct {
+		return leaderGet(ctx, js, bucket, key, nil)
+	}
+	r := &singleReplica{js: js, stream: "KV_" + bucket}
+	if !r.direct(ctx) {
+		return nil, 0, fmt.Errorf("bucket %s is not read with direct gets", bucket)
+	}
+	return leaderGet(ctx, js, bucket, key, r)
 }

@@ -161,7 +161,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 		if err != nil {
 			return last, err
 		}
-		batch, err := directBatch(ctx, js, stream, req)
+		batch, _, err := directBatch(ctx, js, stream, req)
 		if err != nil && !errors.Is(err, errNoDirectMessages) {
 			return last, unavailable(err)
 		}
@@ -238,6 +238,16 @@ func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string,
 // end: no walk of the log message by message, as a history read from the
 // start can be.
 func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) (*RawMsg, error) {
+	m, err := lastOfMsg(ctx, js, stream, filter)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return directRaw(m)
+}
+
+// lastOfMsg is LastOf's direct get, the reply as the server sent it (its
+// Nats-Stream header says which stream answered).
+func lastOfMsg(ctx context.Context, js jetstream.JetStream, stream, filter string) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
@@ -260,7 +270,7 @@ func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) 
 		}
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: status %s %s", filter, stream, m.Header.Get("Status"), m.Header.Get("Description"))}
 	}
-	return directRaw(m)
+	return m, nil
 }
 
 // FirstOf reads the first message of filter at or after seq and how many

@@ -11,6 +11,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestReadHistory reads an aggregate's history with batched direct gets:
@@ -215,5 +216,46 @@ func TestLastOfEach(t *testing.T) {
 	t.Logf("per request %d KB", (after.TotalAlloc-before.TotalAlloc)/reads>>10)
 	if per := (after.TotalAlloc - before.TotalAlloc) / reads; per > 256<<10 {
 		t.Fatalf("a request of 256 subjects allocated %d KB, want far less than a 512 KB channel", per>>10)
+	}
+}
+
+// TestLastOfEachPastMaxBytes: the server stops a multi-last batch at its
+// max_bytes (LastOfEach asks for 4 MB) and says how many it left;
+// LastOfEach asks for the rest, so every subject with a message comes back
+// once, with its last message.
+func TestLastOfEachPastMaxBytes(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx := testCtx(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 40<<10) // 256 last messages: 10 MB, three batches
+	var subjects []string
+	for i := range 256 {
+		subj := fmt.Sprintf("big.%d", i)
+		subjects = append(subjects, subj)
+		for range 2 {
+			if _, err := js.Publish(ctx, subj, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := events.LastOfEach(ctx, js, "BIG", subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range got {
+		if seen[m.Subject] {
+			t.Fatalf("%s came back twice", m.Subject)
+		}
+		seen[m.Subject] = true
+		if m.Seq%2 != 0 {
+			t.Fatalf("%s: seq %d is not its last message", m.Subject, m.Seq)
+		}
+	}
+	if len(seen) != len(subjects) {
+		t.Fatalf("%d of %d subjects came back (a batch stops at 4 MB)", len(seen), len(subjects))
 	}
 }

@@ -63,9 +63,9 @@ type kvStore struct {
 	// fromCache: a read came from the cache; wrote: a guarded write was
 	// stored (it vouches for the reads before it).
 	fromCache, wrote bool
-	// direct: the bucket has one replica, so a direct get is answered by
-	// its leader (leaderGet).
-	direct bool
+	// replica says whether the bucket has one replica, so that a direct
+	// get is answered by its leader (leaderGet); nil: ask the leader.
+	replica *singleReplica
 }
 
 type kvSeen struct {
@@ -85,7 +85,7 @@ func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 			return &env, nil
 		}
 	}
-	value, rev, err := leaderGet(ctx, s.js, s.kv.Bucket(), key, s.direct)
+	value, rev, err := leaderGet(ctx, s.js, s.kv.Bucket(), key, s.replica)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -120,20 +120,32 @@ func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 // through the JetStream API (a service import, a JSON reply with the
 // message in base64) and cost the server and the projector ~3 times the
 // allocation, most of a projector's reads while it keeps up.
-func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string, direct bool) ([]byte, uint64, error) {
-	if direct {
-		m, err := LastOf(ctx, js, "KV_"+bucket, "$KV."+bucket+"."+key)
-		if err != nil || m == nil {
+func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string, replica *singleReplica) ([]byte, uint64, error) {
+	if replica.direct(ctx) {
+		m, err := lastOfMsg(ctx, js, "KV_"+bucket, "$KV."+bucket+"."+key)
+		if err != nil {
 			return nil, 0, err
 		}
-		switch m.Header.Get("KV-Operation") {
-		case "DEL", "PURGE":
+		if m == nil {
 			return nil, 0, nil
 		}
-		if m.Header.Get("Nats-Marker-Reason") != "" {
-			return nil, 0, nil // a TTL's or limit's removal marker
+		if m.Header.Get(jetstream.StreamHeader) == "KV_"+bucket {
+			raw, err := directRaw(m)
+			if err != nil {
+				return nil, 0, err
+			}
+			switch raw.Header.Get("KV-Operation") {
+			case "DEL", "PURGE":
+				return nil, 0, nil
+			}
+			if raw.Header.Get("Nats-Marker-Reason") != "" {
+				return nil, 0, nil // a TTL's or limit's removal marker
+			}
+			return raw.Data, raw.Seq, nil
 		}
-		return m.Data, m.Seq, nil
+		// Another stream answered: a mirror serving the bucket's direct
+		// gets (mirror_direct), which may be behind. Never again.
+		replica.foreign = true
 	}
 	msg, err := leaderMsgGet(ctx, js, "KV_"+bucket, struct {
 		LastBy string `json:"last_by_subj"`
@@ -348,7 +360,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("bucket %s: %v", p.Bucket(), err), Err: err}
 	}
 	cache := newProjCache(bus.js, p.Bucket()) // one event at a time: the handler alone uses it
-	single := &singleReplica{js: bus.js, stream: "KV_" + p.Bucket()}
+	replica := &singleReplica{js: bus.js, stream: "KV_" + p.Bucket()}
 	return Consume(ctx, bus, ConsumerConfig{
 		Name:          ProjectorName(p),
 		Description:   "projection " + p.Name() + " into KV bucket " + p.Bucket(),
@@ -358,8 +370,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 		Workers:       1,
 		Logger:        log,
 	}, func(ctx context.Context, d *Delivery) ([]Event, error) {
-		direct := single.now(ctx)
-		s := &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2), direct: direct}
+		s := &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2), replica: replica}
 		if cache.begin(ctx, d.afterPrevious, d.behind) {
 			s.cache = cache
 		}
@@ -376,7 +387,7 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 			// Someone else wrote the bucket: fold the event again from
 			// what it holds (what was written of it is skipped by its
 			// sequence, as for a redelivery).
-			s = &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2), direct: direct}
+			s = &kvStore{js: bus.js, kv: kv, seq: d.Seq, seen: make(map[string]kvSeen, 2), replica: replica}
 			err = p.Apply(ctx, s, d.Event)
 		}
 		if err != nil {
@@ -386,29 +397,37 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 	})
 }
 
-// singleReplica says whether a bucket's stream has one replica (and
-// allows direct gets), looked up again every replicaLookEvery: an operator
-// may scale a bucket up while heed runs (nats stream edit --replicas 3),
-// after which its reads go to the leader again. Unknown counts as
-// replicated. Used by one goroutine (a projector's handler).
+// singleReplica says whether a bucket's stream has one replica on one
+// server (and allows direct gets), so that its direct gets are answered by
+// its leader. It is looked up again every replicaLookEvery: an operator
+// may scale a bucket up or move it while heed runs (nats stream edit
+// --replicas 3), after which reads go to the leader again. Unknown counts
+// as replicated; a direct get answered by another stream (a mirror with
+// mirror_direct) turns direct gets off for good. Used by one goroutine (a
+// projector's handler).
 type singleReplica struct {
-	js     jetstream.JetStream
-	stream string
-	single bool
-	at     time.Time
+	js      jetstream.JetStream
+	stream  string
+	single  bool
+	foreign bool
+	at      time.Time
 }
 
 const replicaLookEvery = 10 * time.Second
 
-func (r *singleReplica) now(ctx context.Context) bool {
+// direct reports whether to read with a direct get; false for nil.
+func (r *singleReplica) direct(ctx context.Context) bool {
+	if r == nil || r.foreign {
+		return false
+	}
 	if time.Since(r.at) < replicaLookEvery {
 		return r.single
 	}
 	r.at = time.Now()
 	r.single = false
 	if s, err := r.js.Stream(ctx, r.stream); err == nil {
-		cfg := s.CachedInfo().Config
-		r.single = cfg.Replicas <= 1 && cfg.AllowDirect
+		info := s.CachedInfo()
+		r.single = info.Config.Replicas <= 1 && info.Config.AllowDirect && (info.Cluster == nil || len(info.Cluster.Replicas) == 0)
 	}
 	return r.single
 }

@@ -112,7 +112,16 @@ func ScanBucket(ctx context.Context, kv jetstream.KeyValue, filter string, fn fu
 	if err != nil {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("scan %s: %v", kv.Bucket(), err), Err: err}
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		_ = w.Stop()
+		// nats.go's watcher hands values over while holding its lock: one
+		// blocked on a full channel after an early return would keep its
+		// subscription's goroutine forever. Drained, the channel closes.
+		go func() {
+			for range w.Updates() {
+			}
+		}()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
