@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -161,4 +162,42 @@ func TestScanBucket(t *testing.T) {
 	if took > perKey {
 		t.Fatalf("the scan took %v, listing and getting each key %v", took, perKey)
 	}
+}
+
+// TestScanBucketStopsEarlyWithoutLeaks: a scan that stops early (its
+// function fails, its context ends) with many values still coming leaves
+// no goroutine behind: nats.go's watcher hands values over while holding
+// its lock, and one blocked on a full channel would keep its
+// subscription's goroutine forever.
+func TestScanBucketStopsEarlyWithoutLeaks(t *testing.T) {
+	env := eventstest.Start(t)
+	js := env.Bus(t).JetStream()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "scanstop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("k.%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the connection's and server's goroutines settle first.
+	time.Sleep(200 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	stop := errors.New("enough")
+	const scans = 10 // each would leave one goroutine behind
+	for range scans {
+		if err := events.ScanBucket(ctx, kv, "", func(string, []byte) error { return stop }); !errors.Is(err, stop) {
+			t.Fatalf("scan: %v, want its function's error", err)
+		}
+	}
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		// A little slack for the server's own comings and goings.
+		if n := runtime.NumGoroutine(); n > before+3 {
+			return fmt.Errorf("%d goroutines, %d before %d scans", n, before, scans)
+		}
+		return nil
+	})
 }
