@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -168,6 +169,32 @@ func waitIdle(t testing.TB, js jetstream.JetStream, name string) {
 		ci := consumerInfo(t, js, name)
 		if ci.NumPending != 0 || ci.NumAckPending != 0 {
 			return fmt.Errorf("consumer %s: %d pending, %d unacknowledged (ack floor %d)", name, ci.NumPending, ci.NumAckPending, ci.AckFloor.Stream)
+		}
+		// Right after a publish the consumer's pending count may not
+		// include the new message yet: idle also means acknowledged up
+		// to the last message its filters match.
+		filters := ci.Config.FilterSubjects
+		if ci.Config.FilterSubject != "" {
+			filters = append(filters, ci.Config.FilterSubject)
+		}
+		if len(filters) == 0 {
+			filters = []string{">"}
+		}
+		s, err := js.Stream(context.Background(), ci.Stream)
+		if err != nil {
+			return err
+		}
+		for _, f := range filters {
+			m, err := s.GetLastMsgForSubject(context.Background(), f)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if ci.AckFloor.Stream < m.Sequence {
+				return fmt.Errorf("consumer %s: acknowledged up to %d, the last message of %s is %d", name, ci.AckFloor.Stream, f, m.Sequence)
+			}
 		}
 		return nil
 	})
