@@ -103,6 +103,15 @@ const (
 	historyMaxBytes = 4 << 20 // bytes per direct get, so a batch never floods the reader
 )
 
+// batchGetRequest is a batched direct get of one subject's messages (a
+// history read): up to Batch messages of NextBy from Seq on.
+type batchGetRequest struct {
+	Seq      uint64 `json:"seq"`
+	NextBy   string `json:"next_by_subj"`
+	Batch    int    `json:"batch"`
+	MaxBytes int    `json:"max_bytes"`
+}
+
 // Headers the server adds to a message served by a direct get. They are
 // not part of what was stored, and a reader must see what was stored.
 var directGetHeaders = []string{
@@ -152,12 +161,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	last = first.Seq
 	for got < want {
 		size := int(min(want-got, historyBatch))
-		req, err := json.Marshal(struct {
-			Seq      uint64 `json:"seq"`
-			NextBy   string `json:"next_by_subj"`
-			Batch    int    `json:"batch"`
-			MaxBytes int    `json:"max_bytes"`
-		}{last + 1, filter, size, historyMaxBytes})
+		req, err := json.Marshal(batchGetRequest{last + 1, filter, size, historyMaxBytes})
 		if err != nil {
 			return last, err
 		}
@@ -202,12 +206,7 @@ func firstOf(ctx context.Context, js jetstream.JetStream, stream, filter string,
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	req, err := json.Marshal(struct {
-		Seq      uint64 `json:"seq"`
-		NextBy   string `json:"next_by_subj"`
-		Batch    int    `json:"batch"`
-		MaxBytes int    `json:"max_bytes"`
-	}{seq, filter, 1, historyMaxBytes})
+	req, err := json.Marshal(batchGetRequest{seq, filter, 1, historyMaxBytes})
 	if err != nil {
 		return nil, 0, err
 	}
