@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -126,6 +127,94 @@ func TestReadHistory(t *testing.T) {
 	}
 	if c := consumers(); c != before {
 		t.Fatalf("%d consumers after the reads, %d before", c, before)
+	}
+}
+
+// TestReadSeqs reads an aggregate's messages by their sequences, more
+// than one window of requests in flight: the same messages, headers and
+// times as ReadLog, in order. A sequence that is another aggregate's, or a
+// message deleted since, ends the read with ErrSeqsChanged before fn sees
+// anything after it; a stream that is not there is unavailable.
+func TestReadSeqs(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := testCtx(t)
+	const n = 300
+	for i := range n {
+		for _, agg := range []string{"ra", "rb"} {
+			if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, agg, fmt.Sprintf("%s/%d", agg, i), stepFailedData)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read := func(filter string) []events.RawMsg {
+		var out []events.RawMsg
+		if _, err := events.ReadLog(ctx, bus.JetStream(), events.EventStream, []string{filter}, 0, func(m events.RawMsg) error {
+			out = append(out, m)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want, other := read(events.SubjectFilter("run", "ra")), read(events.SubjectFilter("run", "rb"))
+	seqs := make([]uint64, len(want))
+	for i, m := range want {
+		seqs[i] = m.Seq
+	}
+	filter := events.SubjectFilter("run", "ra")
+	var got []events.RawMsg
+	if err := events.ReadSeqs(ctx, bus.JetStream(), events.EventStream, filter, seqs, func(m events.RawMsg) error {
+		got = append(got, m)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("ReadSeqs read %d messages, want %d", len(got), n)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Seq != w.Seq || g.Subject != w.Subject || string(g.Data) != string(w.Data) || !g.Stored.Equal(w.Stored) {
+			t.Fatalf("message %d: got seq %d %s at %v, want seq %d %s at %v", i, g.Seq, g.Subject, g.Stored, w.Seq, w.Subject, w.Stored)
+		}
+		if len(g.Header) != len(w.Header) {
+			t.Fatalf("message %d: headers %v, want %v", i, g.Header, w.Header)
+		}
+		for k, v := range w.Header {
+			if !slices.Equal(g.Header[k], v) {
+				t.Fatalf("message %d: header %s = %q, want %q", i, k, g.Header[k], v)
+			}
+		}
+	}
+
+	changed := func(name string, seqs []uint64, wantCalls int) {
+		t.Helper()
+		calls := 0
+		err := events.ReadSeqs(ctx, bus.JetStream(), events.EventStream, filter, seqs, func(events.RawMsg) error { calls++; return nil })
+		if !errors.Is(err, events.ErrSeqsChanged) || calls != wantCalls {
+			t.Fatalf("%s: %d calls, err %v; want %d calls and ErrSeqsChanged", name, calls, err, wantCalls)
+		}
+	}
+	// Another aggregate's message in the middle.
+	mixed := slices.Clone(seqs[:100])
+	mixed[70] = other[69].Seq
+	slices.Sort(mixed)
+	at := slices.Index(mixed, other[69].Seq)
+	changed("another aggregate's sequence", mixed, at)
+	// A message deleted since.
+	s, err := bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMsg(ctx, seqs[150]); err != nil {
+		t.Fatal(err)
+	}
+	changed("a deleted message", seqs, 150)
+
+	err = events.ReadSeqs(ctx, bus.JetStream(), "NOSUCH", filter, seqs[:3], func(events.RawMsg) error { return nil })
+	if events.CodeOf(err) != events.CodeUnavailable {
+		t.Fatalf("read from a stream that is not there: %v; want unavailable", err)
 	}
 }
 

@@ -134,6 +134,11 @@ type Run struct {
 	LastAt  time.Time `json:"last_at,omitzero"` // when the last stored event of the run happened
 	LastID  string    `json:"last_id,omitempty"`
 	applied map[string]bool
+	// seqs are the log positions of the run's own messages
+	// (heed.run.<id>.>) folded so far, ascending: where to read them
+	// again (Replay) without a read by subject from the middle of the
+	// log.
+	seqs []uint64
 }
 
 // Outcome is one step's outcome, for Recent.
@@ -245,6 +250,9 @@ func NextStatus(cur string, t events.Type) string {
 func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 	if seq > r.LastSeq {
 		r.LastSeq, r.LastAt, r.LastID = seq, ev.Time(), ev.ID()
+	}
+	if seq > 0 && events.Type(ev.Type()).Kind() == "run" && ev.Subject() == r.ID {
+		r.noteSeq(seq)
 	}
 	if r.applied[ev.ID()] {
 		return nil

@@ -3,6 +3,8 @@ package runstate_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,5 +153,109 @@ func TestLoad(t *testing.T) {
 	}
 	if r.LastSeq != 3 || r.LastID != "r1/done" || r.Steps[0].Status != runstate.StepCompleted {
 		t.Errorf("after garbage: seq %d, id %q, step %+v", r.LastSeq, r.LastID, r.Steps[0])
+	}
+}
+
+// TestReplay: a run folded again from the positions of its messages
+// (Seqs) is the run Load folds, garbage on its subject and messages stored
+// after those positions included; a position that no longer holds the
+// run's message leaves the new state untouched and says so.
+func TestReplay(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := context.Background()
+	of := func(run, id string, typ events.Type, data any) *events.Event {
+		e, err := events.NewEvent(typ, run, id, "test", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SetTime(t0)
+		return &e
+	}
+	publish := func(evs ...*events.Event) {
+		for _, e := range evs {
+			if _, err := bus.Publish(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Two runs interleaved, garbage on r1's subject in between.
+	for _, run := range []string{"r1", "r2"} {
+		publish(of(run, run+"/started", events.RunStarted, events.RunStartedData{Skill: "mine", Driver: "agent"}))
+	}
+	for i := range 3 {
+		for _, run := range []string{"r1", "r2"} {
+			publish(of(run, fmt.Sprintf("%s/s%d", run, i), events.RunStepStarted, events.StepStartedData{Step: fmt.Sprintf("s%d", i), Index: i, Attempt: 1, Kind: "compute"}))
+		}
+		if i == 1 {
+			if _, err := bus.JetStream().PublishMsg(ctx, &nats.Msg{Subject: "heed.run.r1.step.failed", Data: []byte("garbage")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, run := range []string{"r1", "r2"} {
+			publish(of(run, fmt.Sprintf("%s/c%d", run, i), events.RunStepCompleted, events.StepCompletedData{Step: fmt.Sprintf("s%d", i), Index: i, Attempt: 1}))
+		}
+	}
+	snapshot := func(r *runstate.Run) string {
+		t.Helper()
+		b, err := r.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s last %d %s %s seqs %v", b, r.LastSeq, r.LastAt, r.LastID, r.Seqs())
+	}
+	load := func() *runstate.Run {
+		t.Helper()
+		r, err := runstate.Load(ctx, bus, "r1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	replay := func(seqs []uint64) (*runstate.Run, bool) {
+		t.Helper()
+		r := runstate.New("r1")
+		ok, err := r.Replay(ctx, bus, nil, seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, ok
+	}
+	loaded := load()
+	seqs := loaded.Seqs()
+	if len(seqs) != 8 || !slices.IsSorted(seqs) {
+		t.Fatalf("Seqs %v: want the 8 positions of r1's messages (7 events, the garbage), ascending", seqs)
+	}
+	if r, ok := replay(seqs); !ok || snapshot(r) != snapshot(loaded) {
+		t.Fatalf("replayed (ok %v):\n%s\nloaded:\n%s", ok, snapshot(r), snapshot(loaded))
+	}
+	// Stored after the positions kept: read by subject from the last.
+	publish(of("r1", "r1/done", events.RunCompleted, events.RunCompletedData{}))
+	loaded = load()
+	for _, kept := range [][]uint64{seqs, seqs[:2]} {
+		if r, ok := replay(kept); !ok || snapshot(r) != snapshot(loaded) {
+			t.Fatalf("replayed from %v (ok %v):\n%s\nloaded:\n%s", kept, ok, snapshot(r), snapshot(loaded))
+		}
+	}
+	// Another run's message at a kept position, or one deleted since.
+	empty := snapshot(runstate.New("r1"))
+	r2, err := runstate.Load(ctx, bus, "r2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := append(slices.Clone(seqs[:3]), r2.Seqs()[3])
+	slices.Sort(mixed)
+	if r, ok := replay(mixed); ok || snapshot(r) != empty {
+		t.Fatalf("replayed another run's message (ok %v): %s", ok, snapshot(r))
+	}
+	s, err := bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMsg(ctx, seqs[4]); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := replay(seqs); ok || snapshot(r) != empty {
+		t.Fatalf("replayed a deleted message (ok %v): %s", ok, snapshot(r))
 	}
 }

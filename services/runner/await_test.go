@@ -44,13 +44,18 @@ steps:
 
 // TestParkedRunsResume: with one waiting run kept in memory, the runs
 // that paused before it are parked (out of the cache); their answers
-// read them back from the log and every run resumes and completes once.
+// read them back from the log (by the positions of their messages, the
+// steps before the pause included) and every run resumes, computes with
+// what its first step computed, and completes once.
 func TestParkedRunsResume(t *testing.T) {
 	h := newHarness(t)
 	h.runner(runner.Config{HealWait: -1, MaxWaiting: 1})
 	h.confirmRouter()
 	const skill = `name: ask_then_compute
 steps:
+  - name: first
+    compute: "20 + 1"
+    output: base
   - name: approve
     confirm:
       message: "Go ahead?"
@@ -59,7 +64,8 @@ steps:
         - {label: Cancel, value: cancel}
       default: cancel
   - name: sum
-    compute: "1 + 1"
+    compute: base * 2
+    output: result
 `
 	var ids []string
 	for range 4 {
@@ -77,6 +83,14 @@ steps:
 		evs := h.waitEnd(id, events.RunCompleted)
 		if n := len(ofType(evs, events.RunResumed)); n != 1 {
 			t.Errorf("run %s resumed %d times:\n%s", id, n, describe(evs))
+		}
+		end := ofType(evs, events.RunCompleted)
+		if len(end) != 1 {
+			t.Errorf("run %s completed %d times", id, len(end))
+			continue
+		}
+		if d := decode[events.RunCompletedData](t, end[0]); d.Outputs["result"] != float64(42) {
+			t.Errorf("run %s: result %v, want 42; outputs %v", id, d.Outputs["result"], d.Outputs)
 		}
 	}
 }

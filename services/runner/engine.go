@@ -58,7 +58,7 @@ type engine struct {
 	// it waits for.
 	waiting    map[string]string
 	waitingIDs []string
-	parked     map[string]string
+	parked     map[string]parkedRun
 	maxWaiting int
 	// handled is when this process last handled an event of each driven
 	// run (its wall clock): a run handled within SweepQuiet is not quiet,
@@ -76,6 +76,16 @@ const defaultMaxWaiting = 1000
 // maxFinished bounds the finished runs kept.
 const maxFinished = 1024
 
+// parkedRun is what the runner keeps of a run it parked: the confirmation
+// it waits for, and where its messages are (runstate.Run.Seqs), so that
+// the answer's load reads them by sequence (runstate.Run.Replay) instead
+// of by subject from the middle of the log, which makes the server walk
+// every message of every other run stored in between.
+type parkedRun struct {
+	confirmID string
+	seqs      []uint64
+}
+
 type flight struct {
 	cancel context.CancelFunc
 	state  CallState
@@ -84,7 +94,7 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait, callCtx: context.Background(),
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
-		waiting: map[string]string{}, parked: map[string]string{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
+		waiting: map[string]string{}, parked: map[string]parkedRun{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -122,12 +132,29 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	}
 	r = runstate.New(id)
 	fresh := events.Type(d.Event.Type()) == events.RunRequested && d.Delivered == 1
-	if !fresh {
+	own := events.Type(d.Event.Type()).Kind() == "run"
+	read := fresh
+	e.mu.Lock()
+	p, parked := e.parked[id]
+	e.mu.Unlock()
+	if !fresh && parked && len(p.seqs) > 0 {
+		// Replay reads the messages at the positions kept and whatever
+		// the run stored after them.
+		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			read = !own || r.LastSeq >= d.Seq
+		} else {
+			r = runstate.New(id) // moved or gone: read it the ordinary way
+		}
+	}
+	if !read {
 		// The delivered event of a run is in its history: a read that ends
 		// before it came from a replica behind the log (any replica of an
 		// R3 stream may answer a direct get) and goes on from where it
 		// stopped, for up to a second.
-		own := events.Type(d.Event.Type()).Kind() == "run"
 		deadline := time.Now().Add(time.Second)
 		for {
 			if err := r.CatchUp(ctx, e.bus, e.skills); err != nil {
@@ -198,9 +225,9 @@ func (e *engine) wait(id, cid string) {
 			continue // moved on since it paused
 		}
 		delete(e.waiting, old)
-		if _, ok := e.runs[old]; ok {
+		if r, ok := e.runs[old]; ok {
 			delete(e.runs, old)
-			e.parked[old] = ocid
+			e.parked[old] = parkedRun{confirmID: ocid, seqs: r.Seqs()}
 		}
 	}
 	if len(e.waitingIDs) > 4*e.maxWaiting+64 {
@@ -235,9 +262,9 @@ func (e *engine) drivenIDs(quietSince time.Time) map[string]string {
 			ids[id] = e.waiting[id]
 		}
 	}
-	for id, cid := range e.parked {
+	for id, p := range e.parked {
 		if e.handled[id].Before(quietSince) {
-			ids[id] = cid
+			ids[id] = p.confirmID
 		}
 	}
 	return ids

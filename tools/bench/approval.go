@@ -550,6 +550,18 @@ func breakdown(ctx context.Context, nc *nats.Conn, trips []tripTimes) (string, e
 	return b.String(), nil
 }
 
+// writeTrips writes each round trip as a CSV line: when its answer was
+// sent (Unix µs), the whole trip and each hop (µs).
+func writeTrips(path string, trips []tripTimes) error {
+	var b strings.Builder
+	b.WriteString("sent_unix_us,trip_us,router_us,runner_us,seen_after_stored_us,reply_us\n")
+	us := func(d time.Duration) int64 { return d.Microseconds() }
+	for _, t := range trips {
+		fmt.Fprintf(&b, "%d,%d,%d,%d,%d,%d\n", t.sent.UnixMicro(), us(t.seen.Sub(t.sent)), us(t.answerStored.Sub(t.sent)), us(t.resumeStored.Sub(t.answerStored)), us(t.seen.Sub(t.resumeStored)), us(t.replied.Sub(t.sent)))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
 // waitSchedules waits until the stream holds at least n confirmation
 // deadlines: the confirm router has taken every pending question in.
 func waitSchedules(ctx context.Context, nc *nats.Conn, n int) error {
@@ -694,6 +706,10 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		env.logf("approval: round trip breakdown: %v", err)
 		split = "—"
+	} else if env.cfg.tripsOut != "" {
+		if err := writeTrips(env.cfg.tripsOut, trips); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := rest(fmt.Sprintf("before the %s", thousands(int64(env.cfg.pending)))); err != nil {
