@@ -1,14 +1,34 @@
 package readmodel
 
 import (
+	"context"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // IndexKey is the heed_index key of an aggregate.
 func IndexKey(kind, id string) string { return kind + "." + id }
+
+// IndexTally reads how many events the index has folded for an aggregate
+// and the id of the last of them (its entry's Count and Last.ID), with one
+// direct get of the entry. An aggregate the index does not know (yet, or
+// any more) is 0 and "". What the index has folded may lag the log: a
+// reader compares it with what it read from the log, never trusts it
+// alone.
+func IndexTally(ctx context.Context, js jetstream.JetStream, kind, id string) (count int, lastID string, err error) {
+	raw, err := events.LastOf(ctx, js, "KV_"+IndexBucket, "$KV."+IndexBucket+"."+IndexKey(kind, id))
+	if err != nil || raw == nil {
+		return 0, "", err
+	}
+	var e IndexEntry
+	if !Decode(raw.Data, &e) {
+		return 0, "", nil // deleted or purged: its KV-Operation marker
+	}
+	return e.Count, e.Last.ID, nil
+}
 
 // EventRef points at one event in the log.
 type EventRef struct {

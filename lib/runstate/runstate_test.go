@@ -156,10 +156,28 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// logTally is the tally of run id as the index would count it: every
+// message on the run's subject that decodes.
+func logTally(t *testing.T, bus *events.Bus, id string) runstate.Tally {
+	t.Helper()
+	var tl runstate.Tally
+	if _, err := events.ReadHistory(context.Background(), bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), 0, func(raw events.RawMsg) error {
+		if ev, err := bus.Codec().DecodeStored(raw); err == nil {
+			tl.Count++
+			tl.LastID = ev.ID()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
 // TestReplay: a run folded again from the positions of its messages
 // (Seqs) is the run Load folds, garbage on its subject and messages stored
-// after those positions included; a position that no longer holds the
-// run's message leaves the new state untouched and says so.
+// after those positions included. A position that no longer holds the
+// run's message, or a history that does not match the tally (a message
+// the positions leave out), leaves the new state untouched and says so.
 func TestReplay(t *testing.T) {
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
@@ -212,40 +230,55 @@ func TestReplay(t *testing.T) {
 		}
 		return r
 	}
-	replay := func(seqs []uint64) (*runstate.Run, bool) {
+	replay := func(seqs []uint64, want runstate.Tally) (*runstate.Run, bool) {
 		t.Helper()
 		r := runstate.New("r1")
-		ok, err := r.Replay(ctx, bus, nil, seqs)
+		ok, err := r.Replay(ctx, bus, nil, seqs, want)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r, ok
 	}
+	empty := snapshot(runstate.New("r1"))
 	loaded := load()
 	seqs := loaded.Seqs()
 	if len(seqs) != 8 || !slices.IsSorted(seqs) {
 		t.Fatalf("Seqs %v: want the 8 positions of r1's messages (7 events, the garbage), ascending", seqs)
 	}
-	if r, ok := replay(seqs); !ok || snapshot(r) != snapshot(loaded) {
+	tally := logTally(t, bus, "r1")
+	if tally.Count != 7 || tally.LastID != "r1/c2" {
+		t.Fatalf("tally %+v", tally)
+	}
+	if r, ok := replay(seqs, tally); !ok || snapshot(r) != snapshot(loaded) {
 		t.Fatalf("replayed (ok %v):\n%s\nloaded:\n%s", ok, snapshot(r), snapshot(loaded))
+	}
+	// A tally the positions do not make (the index counts one more, or a
+	// later last event), or none: nothing folded.
+	for _, want := range []runstate.Tally{{Count: tally.Count + 1, LastID: tally.LastID}, {Count: tally.Count, LastID: "r1/c1"}, {}} {
+		if r, ok := replay(seqs, want); ok || snapshot(r) != empty {
+			t.Fatalf("replayed against tally %+v (ok %v): %s", want, ok, snapshot(r))
+		}
+	}
+	// The positions less one: the tally tells.
+	if r, ok := replay(append(slices.Clone(seqs[:3]), seqs[4:]...), tally); ok || snapshot(r) != empty {
+		t.Fatalf("replayed positions that leave one out (ok %v): %s", ok, snapshot(r))
 	}
 	// Stored after the positions kept: read by subject from the last.
 	publish(of("r1", "r1/done", events.RunCompleted, events.RunCompletedData{}))
-	loaded = load()
+	loaded, tally = load(), logTally(t, bus, "r1")
 	for _, kept := range [][]uint64{seqs, seqs[:2]} {
-		if r, ok := replay(kept); !ok || snapshot(r) != snapshot(loaded) {
+		if r, ok := replay(kept, tally); !ok || snapshot(r) != snapshot(loaded) {
 			t.Fatalf("replayed from %v (ok %v):\n%s\nloaded:\n%s", kept, ok, snapshot(r), snapshot(loaded))
 		}
 	}
 	// Another run's message at a kept position, or one deleted since.
-	empty := snapshot(runstate.New("r1"))
 	r2, err := runstate.Load(ctx, bus, "r2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mixed := append(slices.Clone(seqs[:3]), r2.Seqs()[3])
 	slices.Sort(mixed)
-	if r, ok := replay(mixed); ok || snapshot(r) != empty {
+	if r, ok := replay(mixed, tally); ok || snapshot(r) != empty {
 		t.Fatalf("replayed another run's message (ok %v): %s", ok, snapshot(r))
 	}
 	s, err := bus.JetStream().Stream(ctx, events.EventStream)
@@ -255,7 +288,81 @@ func TestReplay(t *testing.T) {
 	if err := s.DeleteMsg(ctx, seqs[4]); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := replay(seqs); ok || snapshot(r) != empty {
+	if r, ok := replay(seqs, tally); ok || snapshot(r) != empty {
 		t.Fatalf("replayed a deleted message (ok %v): %s", ok, snapshot(r))
+	}
+}
+
+// TestSeqsOfWhatWasApplied: the positions of a run are those of every
+// message of its own applied with one, in log order whatever the order of
+// application (a redelivery brings an earlier event after a later one),
+// once each; an event applied before it was stored (seq 0: the runner's
+// own, as it decides) has none until its delivery comes back, and if that
+// never comes, a Replay of the positions does not match the run's tally.
+func TestSeqsOfWhatWasApplied(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	ctx := context.Background()
+	started := ev(t, events.RunStarted, "r1/started", events.RunStartedData{Skill: "mine", Driver: "agent"})
+	s0 := ev(t, events.RunStepStarted, "r1/s0", events.StepStartedData{Step: "s0", Index: 0, Attempt: 1, Kind: "compute"})
+	c0 := ev(t, events.RunStepCompleted, "r1/c0", events.StepCompletedData{Step: "s0", Index: 0, Attempt: 1})
+	answer, err := events.NewEvent(events.ConfirmAnswered, "c1", "c1/answer", "test", events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:test", RunID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq []uint64
+	for _, e := range []*events.Event{started, s0, c0} {
+		ack, err := bus.Publish(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = append(seq, ack.Sequence)
+	}
+	r := runstate.New("r1")
+	for _, x := range []struct {
+		e   *events.Event
+		seq uint64
+	}{{started, seq[0]}, {c0, seq[2]}, {s0, seq[1]}, {c0, seq[2]}, {&answer, seq[2] + 1}} {
+		if err := r.Apply(x.e, x.seq, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.Seqs(); !slices.Equal(got, seq) {
+		t.Fatalf("Seqs %v after applying out of order, twice, and an answer; want %v", got, seq)
+	}
+	loaded, err := runstate.Load(ctx, bus, "r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := runstate.New("r1")
+	if ok, err := replayed.Replay(ctx, bus, nil, r.Seqs(), logTally(t, bus, "r1")); err != nil || !ok {
+		t.Fatalf("replay: ok %v, err %v", ok, err)
+	}
+	a, _ := replayed.Snapshot()
+	b, _ := loaded.Snapshot()
+	if string(a) != string(b) {
+		t.Fatalf("replayed:\n%s\nloaded:\n%s", a, b)
+	}
+
+	// Applied before stored; the delivery of s0 never came back.
+	own := runstate.New("r1")
+	for _, e := range []*events.Event{started, s0, c0} {
+		if err := own.Apply(e, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range []struct {
+		e   *events.Event
+		seq uint64
+	}{{started, seq[0]}, {c0, seq[2]}} {
+		if err := own.Apply(x.e, x.seq, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := own.Seqs(); !slices.Equal(got, []uint64{seq[0], seq[2]}) {
+		t.Fatalf("Seqs %v, want %v", got, []uint64{seq[0], seq[2]})
+	}
+	if ok, err := runstate.New("r1").Replay(ctx, bus, nil, own.Seqs(), logTally(t, bus, "r1")); err != nil || ok {
+		t.Fatalf("replay of positions without s0: ok %v, err %v; want false (the tally counts s0)", ok, err)
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/tool"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Source is the CloudEvents source of everything the runner publishes.
@@ -56,10 +58,13 @@ type engine struct {
 	// pause order and may hold ids that have moved on since (waiting says
 	// which still wait). waiting and parked map a run to the confirmation
 	// it waits for.
-	waiting    map[string]string
+	waiting    map[string]waitingRun
 	waitingIDs []string
-	parked     map[string]parkedRun
+	parked     map[string]waitingRun
 	maxWaiting int
+	// tally is what the index says of a run's whole history: a parked
+	// run read back by position must match it (runstate.Run.Replay).
+	tally func(ctx context.Context, id string) (runstate.Tally, error)
 	// handled is when this process last handled an event of each driven
 	// run (its wall clock): a run handled within SweepQuiet is not quiet,
 	// so the sweep passes it by without reading its log. Every event the
@@ -76,14 +81,25 @@ const defaultMaxWaiting = 1000
 // maxFinished bounds the finished runs kept.
 const maxFinished = 1024
 
-// parkedRun is what the runner keeps of a run it parked: the confirmation
-// it waits for, and where its messages are (runstate.Run.Seqs), so that
-// the answer's load reads them by sequence (runstate.Run.Replay) instead
-// of by subject from the middle of the log, which makes the server walk
-// every message of every other run stored in between.
-type parkedRun struct {
+// waitingRun is what the runner keeps of a run waiting for an answer
+// besides its state: the confirmation it waits for, and where its messages
+// were when it paused (runstate.Run.Seqs, taken by the run's own worker),
+// so that once parked the answer's load reads them by sequence
+// (runstate.Run.Replay) instead of by subject from the middle of the log,
+// which makes the server walk every message of every other run stored in
+// between.
+type waitingRun struct {
 	confirmID string
 	seqs      []uint64
+}
+
+// indexTally is the index's count of a run's events and its last event's
+// id.
+func indexTally(js jetstream.JetStream) func(ctx context.Context, id string) (runstate.Tally, error) {
+	return func(ctx context.Context, id string) (runstate.Tally, error) {
+		n, last, err := readmodel.IndexTally(ctx, js, "run", id)
+		return runstate.Tally{Count: n, LastID: last}, err
+	}
 }
 
 type flight struct {
@@ -94,7 +110,8 @@ type flight struct {
 func newEngine(bus *events.Bus, inv *tool.Invoker, log *slog.Logger, ackWait time.Duration) *engine {
 	return &engine{bus: bus, invoker: inv, skills: skill.NewCache(), log: log, ackWait: ackWait, callCtx: context.Background(),
 		runs: map[string]*runstate.Run{}, inflight: map[string]*flight{}, timers: map[string]*timer{}, finished: map[string]*runstate.Run{},
-		waiting: map[string]string{}, parked: map[string]parkedRun{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
+		waiting: map[string]waitingRun{}, parked: map[string]waitingRun{}, maxWaiting: defaultMaxWaiting, handled: map[string]time.Time{},
+		tally:   indexTally(bus.JetStream()),
 		decider: &decider{healWait: 3 * time.Second, healTimeout: 2 * time.Minute, tools: inv.Registry, log: log}}
 }
 
@@ -139,8 +156,15 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	e.mu.Unlock()
 	if !fresh && parked && len(p.seqs) > 0 {
 		// Replay reads the messages at the positions kept and whatever
-		// the run stored after them.
-		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs)
+		// the run stored after them, and keeps them if they are as many
+		// as the index counts.
+		want, err := e.tally(ctx, id)
+		if err != nil {
+			// Not known: Replay refuses, and the run is read by subject.
+			e.log.Debug("the index's tally of a parked run", "run", id, "err", err)
+			want = runstate.Tally{}
+		}
+		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs, want)
 		if err != nil {
 			return nil, err
 		}
@@ -206,28 +230,30 @@ func (e *engine) touch(id string, now time.Time) {
 	e.mu.Unlock()
 }
 
-// wait notes that run id now waits for an answer to confirmation cid and
-// parks the runs that have waited longest beyond maxWaiting: their states
-// leave the cache (a worker handling one meanwhile keeps its pointer; its
-// next event reads the log), their ids stay for the sweep.
-func (e *engine) wait(id, cid string) {
+// wait notes that run id now waits for an answer to confirmation cid, its
+// messages at seqs (taken by its own worker: parking never reads another
+// worker's state), and parks the runs that have waited longest beyond
+// maxWaiting: their states leave the cache (a worker handling one
+// meanwhile keeps its pointer; its next event reads the log), their ids
+// and positions stay.
+func (e *engine) wait(id, cid string, seqs []uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.waiting[id]; !ok {
 		e.waitingIDs = append(e.waitingIDs, id)
 	}
-	e.waiting[id] = cid
+	e.waiting[id] = waitingRun{confirmID: cid, seqs: seqs}
 	for len(e.waiting) > e.maxWaiting && len(e.waitingIDs) > 0 {
 		old := e.waitingIDs[0]
 		e.waitingIDs = e.waitingIDs[1:]
-		ocid, ok := e.waiting[old]
+		w, ok := e.waiting[old]
 		if !ok {
 			continue // moved on since it paused
 		}
 		delete(e.waiting, old)
-		if r, ok := e.runs[old]; ok {
+		if _, ok := e.runs[old]; ok {
 			delete(e.runs, old)
-			e.parked[old] = parkedRun{confirmID: ocid, seqs: r.Seqs()}
+			e.parked[old] = w
 		}
 	}
 	if len(e.waitingIDs) > 4*e.maxWaiting+64 {
@@ -259,7 +285,7 @@ func (e *engine) drivenIDs(quietSince time.Time) map[string]string {
 	ids := make(map[string]string, len(e.runs)+len(e.parked))
 	for id := range e.runs {
 		if e.handled[id].Before(quietSince) {
-			ids[id] = e.waiting[id]
+			ids[id] = e.waiting[id].confirmID
 		}
 	}
 	for id, p := range e.parked {
@@ -356,7 +382,7 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	case events.Type(d.Event.Type()) == events.RunPaused && r.Paused != nil && r.Paused.ConfirmID != "" && len(dec.Events) == 0:
 		// The pause's own event, the last the runner wrote for it, is
 		// back: the run now waits for someone, maybe for hours.
-		e.wait(r.ID, r.Paused.ConfirmID)
+		e.wait(r.ID, r.Paused.ConfirmID, r.Seqs())
 		return nil, nil
 	}
 	if r.Paused == nil {

@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,17 +16,42 @@ import (
 	"github.com/heedhq/heed/lib/tool"
 )
 
-// TestLoadOfAParkedRunReadsItsPositions: the answer's load of a parked run
-// folds the messages at the positions kept when it was parked (a run
-// cached, then parked by a newer pause), not the run's subject from the
-// log: given the positions less one, the load folds exactly those. Without
-// positions (parked by an earlier process) or with positions that no
-// longer hold the run's messages, it reads the whole history.
-func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
+// logTally counts a run's events as the index does: every message on its
+// subject that decodes, and the id of the last.
+func logTally(bus *events.Bus) func(ctx context.Context, id string) (runstate.Tally, error) {
+	return func(ctx context.Context, id string) (runstate.Tally, error) {
+		var tl runstate.Tally
+		_, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, events.SubjectFilter("run", id), 0, func(raw events.RawMsg) error {
+			if ev, err := bus.Codec().DecodeStored(raw); err == nil {
+				tl.Count++
+				tl.LastID = ev.ID()
+			}
+			return nil
+		})
+		return tl, err
+	}
+}
+
+// parkedRunFixture is a run of two steps (a computed value, then a
+// question) fed to an engine delivery by delivery, paused and then parked
+// by a newer pause. Events listed in lost are applied as the decision
+// that wrote them applies them (before they are stored) and their
+// deliveries never come back.
+type parkedRunFixture struct {
+	e    *engine
+	id   string
+	cid  string
+	seqs []uint64 // positions of the run's messages, all of them
+	// requests counts the direct gets that read the run by subject.
+	bySubject func() int
+}
+
+func newParkedRun(t *testing.T, id string, lost map[string]bool) *parkedRunFixture {
+	t.Helper()
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	src := "name: asky\nsteps:\n  - name: first\n    compute: \"1\"\n  - name: approve\n    confirm:\n      message: Go?\n      options:\n        - {label: Yes, value: yes}\n        - {label: No, value: no}\n"
 	sk, err := skill.Load("asky.yaml", []byte(src))
 	if err != nil {
@@ -32,12 +59,11 @@ func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
 	}
 	e := newEngine(bus, &tool.Invoker{Registry: &tool.Registry{}}, eventstest.Logger(t), 5*time.Second)
 	e.maxWaiting = 1
-	const id = "parkedrun2"
-	cid := ConfirmID(id, 1, 1)
-	var seqs []uint64
-	put := func(typ events.Type, subject, eventID string, data any) {
+	f := &parkedRunFixture{e: e, id: id, cid: ConfirmID(id, 1, 1)}
+	var r *runstate.Run
+	put := func(typ events.Type, eventID string, data any) {
 		t.Helper()
-		ev, err := events.NewEvent(typ, subject, eventID, Source, data)
+		ev, err := events.NewEvent(typ, id, eventID, Source, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,32 +71,42 @@ func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if subject == id {
-			seqs = append(seqs, ack.Sequence)
-			// As the runner's consumer hands them over.
-			d := &events.Delivery{Event: &ev, Subject: typ.Subject(id), Seq: ack.Sequence, Delivered: 1}
-			r, err := e.load(ctx, id, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Apply(&ev, ack.Sequence, e.skills); err != nil {
-				t.Fatal(err)
-			}
+		f.seqs = append(f.seqs, ack.Sequence)
+		d := &events.Delivery{Event: &ev, Subject: typ.Subject(id), Seq: ack.Sequence, Delivered: 1}
+		if r, err = e.load(ctx, id, d); err != nil {
+			t.Fatal(err)
+		}
+		seq := ack.Sequence
+		if lost[eventID] {
+			seq = 0
+		}
+		if err := r.Apply(&ev, seq, e.skills); err != nil {
+			t.Fatal(err)
 		}
 	}
-	put(events.RunRequested, id, id+"/requested", events.RunRequestedData{Skill: events.SkillRef{Name: sk.Name, Source: sk.Source, Digest: sk.Digest}, Inputs: map[string]any{}, RequestedBy: "test"})
-	put(events.RunStarted, id, id+"/started", events.RunStartedData{Skill: sk.Name, Driver: "runner", Steps: []string{"first", "approve"}})
-	put(events.RunStepStarted, id, id+"/s0/a1/started", events.StepStartedData{Step: "first", Index: 0, Attempt: 1, Kind: "compute"})
-	put(events.RunStepCompleted, id, id+"/s0/a1/completed", events.StepCompletedData{Step: "first", Index: 0, Attempt: 1, Output: 1})
-	put(events.RunStepStarted, id, id+"/s1/a1/started", events.StepStartedData{Step: "approve", Index: 1, Attempt: 1, Kind: "confirm"})
-	put(events.RunPaused, id, id+"/s1/paused", events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: "approve", Index: 1, ConfirmID: cid})
-	e.wait(id, cid)
-	e.wait("newer", "newer-confirm") // parks id
+	put(events.RunRequested, id+"/requested", events.RunRequestedData{Skill: events.SkillRef{Name: sk.Name, Source: sk.Source, Digest: sk.Digest}, Inputs: map[string]any{}, RequestedBy: "test"})
+	put(events.RunStarted, id+"/started", events.RunStartedData{Skill: sk.Name, Driver: "runner", Steps: []string{"first", "approve"}})
+	put(events.RunStepStarted, id+"/s0/a1/started", events.StepStartedData{Step: "first", Index: 0, Attempt: 1, Kind: "compute"})
+	put(events.RunStepCompleted, id+"/s0/a1/completed", events.StepCompletedData{Step: "first", Index: 0, Attempt: 1, Output: 1})
+	put(events.RunStepStarted, id+"/s1/a1/started", events.StepStartedData{Step: "approve", Index: 1, Attempt: 1, Kind: "confirm"})
+	put(events.RunPaused, id+"/s1/paused", events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: "approve", Index: 1, ConfirmID: f.cid})
+	// The index's tally, as it has folded the whole run (read now, not
+	// during the loads, whose reads by subject are counted).
+	tl, err := logTally(bus)(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tally = func(context.Context, string) (runstate.Tally, error) { return tl, nil }
+	if r.Steps[0].Status != runstate.StepCompleted || r.Status != runstate.StatusPaused {
+		t.Fatalf("in memory before parking: step %+v, status %s", r.Steps[0], r.Status)
+	}
+	e.wait(id, f.cid, r.Seqs())
+	e.wait("newer", "newer-confirm", nil) // parks id
 	e.mu.Lock()
-	p, parked := e.parked[id]
+	_, parked := e.parked[id]
 	e.mu.Unlock()
-	if !parked || !slices.Equal(p.seqs, seqs) {
-		t.Fatalf("parked %v with positions %v, want %v", parked, p.seqs, seqs)
+	if !parked {
+		t.Fatal("the run was not parked")
 	}
 
 	// The direct gets the loads send, as the server sees them.
@@ -78,7 +114,7 @@ func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bySubject := func() int {
+	f.bySubject = func() int {
 		t.Helper()
 		if err := env.Conn(t).Flush(); err != nil {
 			t.Fatal(err)
@@ -94,37 +130,110 @@ func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
 			}
 		}
 	}
-	// An answer, as the load of a parked run meets it.
-	answer, err := events.NewEvent(events.ConfirmAnswered, cid, cid+"/answer", Source, events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:test", RunID: id})
+	return f
+}
+
+// load parks the run again with positions kept and loads it as its
+// answer's delivery does; it reports the reads by subject it made.
+func (f *parkedRunFixture) load(t *testing.T, kept []uint64) (*runstate.Run, int) {
+	t.Helper()
+	f.bySubject()
+	f.e.mu.Lock()
+	delete(f.e.runs, f.id)
+	f.e.parked[f.id] = waitingRun{confirmID: f.cid, seqs: kept}
+	f.e.mu.Unlock()
+	answer, err := events.NewEvent(events.ConfirmAnswered, f.cid, f.cid+"/answer", Source, events.ConfirmAnsweredData{Choice: "yes", Method: "user", By: "user:test", RunID: f.id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	loadParked := func(kept []uint64) (*runstate.Run, int) {
-		t.Helper()
-		bySubject()
-		e.mu.Lock()
-		delete(e.runs, id)
-		e.parked[id] = parkedRun{confirmID: cid, seqs: kept}
-		e.mu.Unlock()
-		r, err := e.load(ctx, id, &events.Delivery{Event: &answer, Subject: events.ConfirmAnswered.Subject(cid), Seq: seqs[len(seqs)-1] + 1, Delivered: 1})
+	r, err := f.e.load(context.Background(), f.id, &events.Delivery{Event: &answer, Subject: events.ConfirmAnswered.Subject(f.cid), Seq: f.seqs[len(f.seqs)-1] + 1, Delivered: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, f.bySubject()
+}
+
+// TestLoadOfAParkedRunReadsItsPositions: the answer's load of a parked run
+// folds the messages at the positions its worker kept when it paused, not
+// the run's subject, when they are as many as the index counts; positions
+// that leave one out, that no longer hold the run's messages, or none
+// (parked by an earlier process), read the whole history by subject.
+func TestLoadOfAParkedRunReadsItsPositions(t *testing.T) {
+	f := newParkedRun(t, "parkedrun2", nil)
+	e := f.e
+	e.mu.Lock()
+	kept := e.parked[f.id].seqs
+	e.mu.Unlock()
+	if !slices.Equal(kept, f.seqs) {
+		t.Fatalf("parked with positions %v, want %v", kept, f.seqs)
+	}
+	whole := func(r *runstate.Run) bool {
+		return r.Steps[0].Status == runstate.StepCompleted && r.Status == runstate.StatusPaused && r.LastSeq == f.seqs[len(f.seqs)-1]
+	}
+	if r, n := f.load(t, f.seqs); !whole(r) || n != 0 {
+		t.Fatalf("load from the positions: step %+v, status %s, last %d, %d reads by subject; want the whole history and none", r.Steps[0], r.Status, r.LastSeq, n)
+	}
+	gap := append(slices.Clone(f.seqs[:3]), f.seqs[4:]...) // no step.completed
+	for _, kept := range [][]uint64{gap, nil, {f.seqs[0], f.seqs[len(f.seqs)-1] + 1000}} {
+		if r, n := f.load(t, kept); !whole(r) || n == 0 {
+			t.Fatalf("load from %v: step %+v, status %s, last %d, %d reads by subject; want the whole history, read by subject", kept, r.Steps[0], r.Status, r.LastSeq, n)
+		}
+	}
+	// The index lags or does not know the run: by subject.
+	e.tally = func(context.Context, string) (runstate.Tally, error) { return runstate.Tally{}, nil }
+	if r, n := f.load(t, f.seqs); !whole(r) || n == 0 {
+		t.Fatalf("load without a tally: step %+v, status %s, %d reads by subject; want the whole history, read by subject", r.Steps[0], r.Status, n)
+	}
+}
+
+// TestParkedRunWithAnEventItsDeliveryNeverBrought: the run in memory holds
+// an event the runner applied before it was stored (as it applies what it
+// decides), whose delivery never reached the handler, so its position was
+// never kept. The answer's load must not lose it: the positions fall
+// short of the index's count, and the run is read by subject.
+func TestParkedRunWithAnEventItsDeliveryNeverBrought(t *testing.T) {
+	f := newParkedRun(t, "parkedrunlost", map[string]bool{"parkedrunlost/s0/a1/completed": true})
+	f.e.mu.Lock()
+	kept := f.e.parked[f.id].seqs
+	f.e.mu.Unlock()
+	if len(kept) != len(f.seqs)-1 {
+		t.Fatalf("kept %v of %v: want all but the step.completed", kept, f.seqs)
+	}
+	r, n := f.load(t, kept)
+	if r.Steps[0].Status != runstate.StepCompleted || n == 0 {
+		t.Fatalf("load: first step %s, %d reads by subject; want completed, as the log says, read by subject", r.Steps[0].Status, n)
+	}
+}
+
+// TestParkingReadsNoOtherWorkersRun: a run is parked by another run's
+// worker (the one whose pause goes past the limit) while the parked run's
+// own worker may be applying an event to its state; parking takes only
+// what the run's worker handed over when it paused (run with -race).
+func TestParkingReadsNoOtherWorkersRun(t *testing.T) {
+	e := &engine{runs: map[string]*runstate.Run{}, parked: map[string]waitingRun{}, waiting: map[string]waitingRun{}, handled: map[string]time.Time{}, maxWaiting: 1}
+	r := runstate.New("old")
+	e.runs["old"] = r
+	e.wait("old", "old-s0-a1", r.Seqs())
+	evs := make([]events.Event, 200)
+	for i := range evs {
+		ev, err := events.NewEvent(events.RunWarning, "old", fmt.Sprintf("old/w%d", i), Source, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r, bySubject()
+		evs[i] = ev
 	}
-	// All the positions: no read by subject.
-	if r, n := loadParked(seqs); r.Steps[0].Status != runstate.StepCompleted || r.Status != runstate.StatusPaused || r.LastSeq != seqs[len(seqs)-1] || n != 0 {
-		t.Fatalf("load from the positions: step %+v, status %s, last %d, %d reads by subject; want the whole history and none", r.Steps[0], r.Status, r.LastSeq, n)
-	}
-	// The step.completed of the first step left out of the positions.
-	gap := append(append([]uint64{}, seqs[:3]...), seqs[4:]...)
-	if r, n := loadParked(gap); r.Steps[0].Status == runstate.StepCompleted || r.Status != runstate.StatusPaused || n != 0 {
-		t.Fatalf("load from positions without the first step's completion: step %+v, status %s, %d reads by subject; want it not completed (the positions were read, not the subject)", r.Steps[0], r.Status, n)
-	}
-	// No positions, or positions that hold something else: the history.
-	for _, kept := range [][]uint64{nil, {seqs[0], seqs[len(seqs)-1] + 1000}} {
-		if r, n := loadParked(kept); r.Steps[0].Status != runstate.StepCompleted || r.Status != runstate.StatusPaused || r.LastSeq != seqs[len(seqs)-1] || n == 0 {
-			t.Fatalf("load from %v: step %+v, status %s, last %d, %d reads by subject; want the whole history, read by subject", kept, r.Steps[0], r.Status, r.LastSeq, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { // old's worker, handling a delivery with the pointer it loaded
+		for i := range evs {
+			_ = r.Apply(&evs[i], uint64(10+i), nil)
 		}
+	})
+	e.wait("new", "new-s0-a1", nil) // new's worker: parks old
+	wg.Wait()
+	e.mu.Lock()
+	_, parked := e.parked["old"]
+	e.mu.Unlock()
+	if !parked {
+		t.Fatal("old was not parked")
 	}
 }

@@ -22,10 +22,10 @@ import (
 // the quiet limit (cached or parked), and a run it never handled (parked
 // after a restart, forgotten) is always read.
 func TestDrivenIDsLeavesOutRunsHandledLately(t *testing.T) {
-	e := &engine{runs: map[string]*runstate.Run{}, parked: map[string]parkedRun{}, handled: map[string]time.Time{}}
+	e := &engine{runs: map[string]*runstate.Run{}, parked: map[string]waitingRun{}, handled: map[string]time.Time{}}
 	now := time.Now()
 	e.runs["busy"], e.runs["quiet"], e.runs["unseen"] = runstate.New("busy"), runstate.New("quiet"), runstate.New("unseen")
-	e.parked["parkedbusy"], e.parked["parkedquiet"] = parkedRun{confirmID: "c1"}, parkedRun{confirmID: "c2"}
+	e.parked["parkedbusy"], e.parked["parkedquiet"] = waitingRun{confirmID: "c1"}, waitingRun{confirmID: "c2"}
 	e.touch("busy", now.Add(-time.Second))
 	e.touch("parkedbusy", now.Add(-time.Second))
 	e.touch("quiet", now.Add(-time.Minute))
@@ -116,7 +116,7 @@ func TestSweepOfAParkedRunReadsItsAnswers(t *testing.T) {
 	put(events.RunPaused, id, id+"/s0/paused", events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: "approve", Index: 0, ConfirmID: cid})
 
 	e := newEngine(bus, &tool.Invoker{Registry: &tool.Registry{}}, eventstest.Logger(t), 5*time.Second)
-	e.parked[id] = parkedRun{confirmID: cid}
+	e.parked[id] = waitingRun{confirmID: cid}
 	if n, err := e.sweep(ctx, time.Second, false); err != nil || n != 0 {
 		t.Fatalf("sweep without an answer moved %d runs (err %v)", n, err)
 	}
@@ -168,7 +168,7 @@ func TestFirstSweepReadsOnlyUnseenRuns(t *testing.T) {
 	e.runs["busy"], e.runs["quiet"] = runstate.New("busy"), runstate.New("quiet")
 	e.touch("busy", now)
 	e.touch("quiet", now.Add(-time.Minute))
-	e.parked["parked"] = parkedRun{confirmID: "parked-s0-a1"}
+	e.parked["parked"] = waitingRun{confirmID: "parked-s0-a1"}
 	e.touch("parked", now)
 	e.done(runstate.New("ended"))
 	ids := e.drivenIDs(now.Add(-30 * time.Second))
