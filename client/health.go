@@ -101,7 +101,10 @@ func (c *Client) healthCheck(ctx context.Context, name string, timeout time.Dura
 // standbys gathers the answers of a service's stand-bys for wait.
 func (c *Client) standbys(name string, wait time.Duration) []service.LeaseHolder {
 	inbox := c.nc.NewRespInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	// A channel of our own: a synchronous subscription's is 64k slots
+	// (512 KB) per call, for a handful of stand-bys.
+	replies := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(inbox, replies)
 	if err != nil {
 		return nil
 	}
@@ -110,15 +113,17 @@ func (c *Client) standbys(name string, wait time.Duration) []service.LeaseHolder
 		return nil
 	}
 	var out []service.LeaseHolder
-	deadline := time.Now().Add(wait)
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
 	for {
-		m, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
+		select {
+		case m := <-replies:
+			var h service.LeaseHolder
+			if json.Unmarshal(m.Data, &h) == nil {
+				out = append(out, h)
+			}
+		case <-timeout.C:
 			return out
-		}
-		var h service.LeaseHolder
-		if json.Unmarshal(m.Data, &h) == nil {
-			out = append(out, h)
 		}
 	}
 }
