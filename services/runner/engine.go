@@ -50,6 +50,7 @@ type engine struct {
 	// only to find it over.
 	finished    map[string]*runstate.Run
 	finishedIDs []string
+	finishedAt  []time.Time // when each of finishedIDs ended here
 	// Runs waiting for an answer: a paused run's state is kilobytes and
 	// may wait for hours. The maxWaiting that paused last stay cached
 	// (an answer to one of them needs no read); older ones are parked:
@@ -77,6 +78,12 @@ type engine struct {
 // defaultMaxWaiting bounds the paused runs kept in memory: 10,000 runs
 // waiting for people held about 45 MB of heap when all were kept.
 const defaultMaxWaiting = 1000
+
+// finishedKeep is how long a finished run is kept: its end's deliveries
+// come within moments, and kept longer its state is only memory at rest
+// (up to maxFinished states of kilobytes each). Trimmed by the sweep's
+// loop.
+const finishedKeep = 30 * time.Second
 
 // maxFinished bounds the finished runs kept.
 const maxFinished = 1024
@@ -306,12 +313,30 @@ func (e *engine) done(r *runstate.Run) {
 	delete(e.handled, r.ID)
 	if _, ok := e.finished[r.ID]; !ok {
 		e.finishedIDs = append(e.finishedIDs, r.ID)
+		e.finishedAt = append(e.finishedAt, time.Now())
 	}
 	e.finished[r.ID] = r
 	if len(e.finishedIDs) > maxFinished {
 		delete(e.finished, e.finishedIDs[0])
-		e.finishedIDs = e.finishedIDs[1:]
+		e.finishedIDs, e.finishedAt = e.finishedIDs[1:], e.finishedAt[1:]
 	}
+}
+
+// trimFinished forgets the finished runs that ended more than
+// finishedKeep before now.
+func (e *engine) trimFinished(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for n < len(e.finishedAt) && now.Sub(e.finishedAt[n]) > finishedKeep {
+		delete(e.finished, e.finishedIDs[n])
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	// Copied, so the arrays of what was forgotten go too.
+	e.finishedIDs, e.finishedAt = slices.Clone(e.finishedIDs[n:]), slices.Clone(e.finishedAt[n:])
 }
 
 // handle is the consumer's handler.

@@ -237,3 +237,27 @@ func TestParkingReadsNoOtherWorkersRun(t *testing.T) {
 		t.Fatal("old was not parked")
 	}
 }
+
+// TestFinishedRunsAreForgottenAfterAWhile: an ended run's state is kept
+// for the deliveries of its end, then let go (memory at rest), whoever
+// else ended since; a run that ended within finishedKeep stays.
+func TestFinishedRunsAreForgottenAfterAWhile(t *testing.T) {
+	e := &engine{runs: map[string]*runstate.Run{}, parked: map[string]waitingRun{}, waiting: map[string]waitingRun{}, handled: map[string]time.Time{}, finished: map[string]*runstate.Run{}}
+	for _, id := range []string{"a", "b", "c"} {
+		e.done(runstate.New(id))
+	}
+	e.done(runstate.New("b")) // ended again: still one entry
+	e.trimFinished(time.Now())
+	if len(e.finished) != 3 || len(e.finishedIDs) != 3 || len(e.finishedAt) != 3 || !e.knows("a") {
+		t.Fatalf("trimmed at once: %d finished, %v", len(e.finished), e.finishedIDs)
+	}
+	e.finishedAt[0] = time.Now().Add(-2 * finishedKeep) // a ended long ago
+	e.trimFinished(time.Now())
+	if _, ok := e.finished["a"]; ok || len(e.finished) != 2 || !slices.Equal(e.finishedIDs, []string{"b", "c"}) || len(e.finishedAt) != 2 {
+		t.Fatalf("after a's time: %d finished, %v", len(e.finished), e.finishedIDs)
+	}
+	e.trimFinished(time.Now().Add(finishedKeep + time.Second))
+	if len(e.finished) != 0 || len(e.finishedIDs) != 0 || len(e.finishedAt) != 0 || e.knows("b") {
+		t.Fatalf("after finishedKeep: %d finished, %v", len(e.finished), e.finishedIDs)
+	}
+}

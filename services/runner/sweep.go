@@ -51,6 +51,7 @@ func (e *engine) sweepLoop(ctx context.Context, every, quiet time.Duration) {
 			return
 		case <-t.C:
 		}
+		e.trimFinished(time.Now())
 		n, err := e.sweep(ctx, quiet, first)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("sweep failed; will try again", "err", err)
