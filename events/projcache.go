@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,6 +78,9 @@ type projCache struct {
 	offUntil time.Time
 	lastAt   time.Time // when the last event began
 	now      func() time.Time
+	// replica says whether the bucket's direct gets are its leader's
+	// (set by RunProjector; nil: ask the leader through the stream API).
+	replica *singleReplica
 }
 
 type cachedKey struct {
@@ -184,13 +188,59 @@ func (c *projCache) forget(key string) {
 // unchanged reports whether the bucket holds no message after the cache's
 // last sequence: a fold that read from the cache and wrote nothing has no
 // write whose guard would have told. One request to the stream's leader
-// (the first message after it, if any).
+// (the first message after it, if any): a direct get when the bucket has
+// one replica (the stream API's message get also costs a JSON request, a
+// base64 reply and an API advisory, and a projector behind the log makes
+// one for every event it folds without writing), else the stream API.
 func (c *projCache) unchanged(ctx context.Context) (bool, error) {
-	msg, err := leaderMsgGet(ctx, c.js, "KV_"+c.bucket, struct {
+	stream, filter := "KV_"+c.bucket, "$KV."+c.bucket+".>"
+	if c.replica.direct(ctx) {
+		m, err := directNext(ctx, c.js, stream, filter, c.last+1)
+		if err != nil {
+			return false, err
+		}
+		if m == nil {
+			return true, nil
+		}
+		if m.Header.Get(jetstream.StreamHeader) == stream {
+			return false, nil
+		}
+		c.replica.foreign = true // a mirror answered (mirror_direct): ask the leader
+	}
+	msg, err := leaderMsgGet(ctx, c.js, stream, struct {
 		Seq  uint64 `json:"seq"`
 		Next string `json:"next_by_subj"`
-	}{c.last + 1, "$KV." + c.bucket + ".>"})
+	}{c.last + 1, filter})
 	return msg == nil && err == nil, err
+}
+
+// directNext is the first message of stream matching filter at or after
+// seq, by one direct get (not a batch: the server counts nothing), or nil
+// when there is none.
+func directNext(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
+	}{seq, filter})
+	if err != nil {
+		return nil, err
+	}
+	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		if m.Header.Get("Status") == "404" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+	}
+	return m, nil
 }
 
 // publish writes m to the bucket guarded by the cache's last sequence and

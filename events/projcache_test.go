@@ -10,6 +10,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -147,6 +148,16 @@ func TestProjectorCacheReadOnlyFoldSeesAnotherWriter(t *testing.T) {
 	p := flagProjection{bucket: "test_flags"}
 	bus, kv := cachedProjector(t, p, 1)
 	js, ctx := bus.JetStream(), testCtx(t)
+	// On a bucket of one replica the look is a direct get, not the
+	// stream API's message get (a JSON request and an API advisory).
+	apiGets, err := js.Conn().SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + p.bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directGets, err := js.Conn().SubscribeSync("$JS.API.DIRECT.GET.KV_" + p.bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	publish(t, bus, newEvent(t, events.RunStepFailed, "a", "a0", stepFailedData)) // no flag: nothing written
 	waitIdle(t, js, events.ProjectorName(p))
 	if _, err := kv.Create(ctx, "flag", []byte(`{"seq":1,"value":{"events":1}}`)); err != nil {
@@ -157,5 +168,18 @@ func TestProjectorCacheReadOnlyFoldSeesAnotherWriter(t *testing.T) {
 	counts, _ := readCounts(t, kv)
 	if got := counts["a"].Events; got != 1 {
 		t.Errorf("a counted %d after the flag appeared and one more event; want 1", got)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pending := func(s *nats.Subscription) int {
+		n, _, err := s.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n, d := pending(apiGets), pending(directGets); n != 0 || d == 0 {
+		t.Errorf("%d stream API message gets and %d direct gets of the bucket; want none and some", n, d)
 	}
 }

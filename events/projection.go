@@ -361,6 +361,9 @@ func RunProjector(ctx context.Context, bus *Bus, p Projection, log *slog.Logger)
 	}
 	cache := newProjCache(bus.js, p.Bucket()) // one event at a time: the handler alone uses it
 	replica := &singleReplica{js: bus.js, stream: "KV_" + p.Bucket()}
+	if cache != nil {
+		cache.replica = replica
+	}
 	return Consume(ctx, bus, ConsumerConfig{
 		Name:          ProjectorName(p),
 		Description:   "projection " + p.Name() + " into KV bucket " + p.Bucket(),
