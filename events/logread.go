@@ -247,27 +247,37 @@ func LastOf(ctx context.Context, js jetstream.JetStream, stream, filter string) 
 // lastOfMsg is LastOf's direct get, the reply as the server sent it (its
 // Nats-Stream header says which stream answered).
 func lastOfMsg(ctx context.Context, js jetstream.JetStream, stream, filter string) (*nats.Msg, error) {
+	m, err := directGet(ctx, js, stream, struct {
+		LastBy string `json:"last_by_subj"`
+	}{filter})
+	if err != nil {
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: %v", filter, stream, err), Err: err}
+	}
+	return m, nil
+}
+
+// directGet sends one direct get request (not a batch) to stream and
+// returns the reply as the server sent it, or nil when it found no
+// message (404).
+func directGet(ctx context.Context, js jetstream.JetStream, stream string, req any) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	req, err := json.Marshal(struct {
-		LastBy string `json:"last_by_subj"`
-	}{filter})
+	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	prefix := apiPrefix(js)
-	m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream, req)
+	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"DIRECT.GET."+stream, b)
 	if err != nil {
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: %v", filter, stream, err), Err: err}
+		return nil, err
 	}
 	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 		if m.Header.Get("Status") == "404" {
 			return nil, nil
 		}
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("read the last of %s on %s: status %s %s", filter, stream, m.Header.Get("Status"), m.Header.Get("Description"))}
+		return nil, fmt.Errorf("status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 	}
 	return m, nil
 }

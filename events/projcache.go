@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -195,7 +194,11 @@ func (c *projCache) forget(key string) {
 func (c *projCache) unchanged(ctx context.Context) (bool, error) {
 	stream, filter := "KV_"+c.bucket, "$KV."+c.bucket+".>"
 	if c.replica.direct(ctx) {
-		m, err := directNext(ctx, c.js, stream, filter, c.last+1)
+		// Not a batch: the server counts nothing.
+		m, err := directGet(ctx, c.js, stream, struct {
+			Seq  uint64 `json:"seq"`
+			Next string `json:"next_by_subj"`
+		}{c.last + 1, filter})
 		if err != nil {
 			return false, err
 		}
@@ -212,35 +215,6 @@ func (c *projCache) unchanged(ctx context.Context) (bool, error) {
 		Next string `json:"next_by_subj"`
 	}{c.last + 1, filter})
 	return msg == nil && err == nil, err
-}
-
-// directNext is the first message of stream matching filter at or after
-// seq, by one direct get (not a batch: the server counts nothing), or nil
-// when there is none.
-func directNext(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (*nats.Msg, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	req, err := json.Marshal(struct {
-		Seq  uint64 `json:"seq"`
-		Next string `json:"next_by_subj"`
-	}{seq, filter})
-	if err != nil {
-		return nil, err
-	}
-	m, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"DIRECT.GET."+stream, req)
-	if err != nil {
-		return nil, err
-	}
-	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
-		if m.Header.Get("Status") == "404" {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
-	}
-	return m, nil
 }
 
 // publish writes m to the bucket guarded by the cache's last sequence and
