@@ -161,17 +161,31 @@ func newRunID(scope, requestID string) string {
 	return "r" + hex.EncodeToString(sum[:12])
 }
 
-// loadRun reads a run from the log for a command, from sequence after
-// (0: the whole history) onto r (nil: a new state).
+// loadRun reads a run from the log for a command, onto r (nil: a new
+// state, read whole) from r's LastSeq on. A new state of a run waiting
+// for an answer is read by the positions of its messages, as the answer's
+// load reads it (engine.load), and by subject if that does not hold.
 func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*runstate.Run, error) {
 	if !events.ValidID(id) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", id)
 	}
+	read := false
 	if r == nil {
 		r = runstate.New(id)
+		if seqs := c.e.positions(id); len(seqs) > 0 {
+			ok, err := r.Replay(ctx, c.e.bus, c.e.skills, seqs, c.e.tallyOf(ctx, id))
+			if err != nil {
+				return nil, err
+			}
+			if read = ok; !ok {
+				r = runstate.New(id)
+			}
+		}
 	}
-	if err := r.CatchUp(ctx, c.e.bus, c.e.skills); err != nil {
-		return nil, err
+	if !read {
+		if err := r.CatchUp(ctx, c.e.bus, c.e.skills); err != nil {
+			return nil, err
+		}
 	}
 	if r.LastSeq == 0 {
 		return nil, events.Errorf(events.CodeNotFound, "no run %q", id)

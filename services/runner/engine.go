@@ -165,13 +165,7 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 		// Replay reads the messages at the positions kept and whatever
 		// the run stored after them, and keeps them if they are as many
 		// as the index counts.
-		want, err := e.tally(ctx, id)
-		if err != nil {
-			// Not known: Replay refuses, and the run is read by subject.
-			e.log.Debug("the index's tally of a parked run", "run", id, "err", err)
-			want = runstate.Tally{}
-		}
-		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs, want)
+		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs, e.tallyOf(ctx, id))
 		if err != nil {
 			return nil, err
 		}
@@ -206,6 +200,28 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	delete(e.parked, id)
 	e.mu.Unlock()
 	return r, nil
+}
+
+// tallyOf is the index's tally of run id, or none (Replay then refuses,
+// and the run is read by subject) when the index cannot be read.
+func (e *engine) tallyOf(ctx context.Context, id string) runstate.Tally {
+	want, err := e.tally(ctx, id)
+	if err != nil {
+		e.log.Debug("the index's tally of a run", "run", id, "err", err)
+		return runstate.Tally{}
+	}
+	return want
+}
+
+// positions are where run id's messages were when it paused, if it
+// waits for an answer (cached or parked): what its worker handed over.
+func (e *engine) positions(id string) []uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w, ok := e.waiting[id]; ok {
+		return w.seqs
+	}
+	return e.parked[id].seqs
 }
 
 func (e *engine) forget(id string) {

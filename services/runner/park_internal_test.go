@@ -261,3 +261,34 @@ func TestFinishedRunsAreForgottenAfterAWhile(t *testing.T) {
 		t.Fatalf("after finishedKeep: %d finished, %v", len(e.finished), e.finishedIDs)
 	}
 }
+
+// TestCommandsReadAWaitingRunByItsPositions: a command (continue, retry,
+// cancel, get) reads the run from the log; a run waiting for an answer,
+// parked or cached, is read by the positions its worker handed over, with
+// no read by subject, and a run with none by subject.
+func TestCommandsReadAWaitingRunByItsPositions(t *testing.T) {
+	f := newParkedRun(t, "parkedrun3", nil)
+	c := &commands{e: f.e}
+	whole := func(r *runstate.Run) bool {
+		return r.Steps[0].Status == runstate.StepCompleted && r.Status == runstate.StatusPaused && r.LastSeq == f.seqs[len(f.seqs)-1]
+	}
+	load := func(what string, wantBySubject bool) {
+		t.Helper()
+		f.bySubject()
+		r, err := c.loadRun(context.Background(), f.id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := f.bySubject(); !whole(r) || (n > 0) != wantBySubject {
+			t.Fatalf("%s: step %+v, status %s, last %d, %d reads by subject (want some: %v)", what, r.Steps[0], r.Status, r.LastSeq, n, wantBySubject)
+		}
+	}
+	load("parked", false)
+	f.e.mu.Lock()
+	f.e.waiting[f.id] = f.e.parked[f.id]
+	delete(f.e.parked, f.id)
+	f.e.mu.Unlock()
+	load("waiting, cached", false)
+	f.e.forget(f.id)
+	load("neither", true)
+}
