@@ -147,6 +147,26 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	// message (its header says how many follow), every later one for
 	// exactly what is left, so no read walks the log past the aggregate's
 	// last message.
+	if after > 0 {
+		// A read from the middle of the log that finds nothing would walk
+		// to its end (with many subjects the server does not skip blocks
+		// by its subject index): the aggregate's last message, found from
+		// that index, says first whether anything came after.
+		last, err := lastOfMsg(ctx, js, stream, filter)
+		if err != nil {
+			return after, err
+		}
+		if last == nil {
+			return after, nil
+		}
+		seq, err := strconv.ParseUint(last.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return after, unavailable(fmt.Errorf("direct get: sequence: %w", err))
+		}
+		if seq <= after {
+			return after, nil
+		}
+	}
 	first, np, err := firstOf(ctx, js, stream, filter, after+1)
 	if err != nil {
 		return last, unavailable(err)

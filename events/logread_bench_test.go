@@ -52,3 +52,45 @@ func BenchmarkReadHistory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadHistoryNothingNew: a read of an aggregate from after its
+// last message (a follower polling, a command waiting for the log) among
+// 80,000 aggregates of one message each. ReadHistory asks for the
+// aggregate's last message first; the first request by subject from there
+// (what ReadHistory sent before) walks to the end of the log: with more
+// than 64k subjects nats-server does not skip blocks by its subject index.
+func BenchmarkReadHistoryNothingNew(b *testing.B) {
+	env := eventstest.Start(b)
+	bus := env.Bus(b)
+	ctx := testCtx(b)
+	const aggregates = 80000
+	for a := range aggregates {
+		ev := newEvent(b, events.RunStepFailed, fmt.Sprintf("r%d", a), fmt.Sprintf("r%d/0", a), stepFailedData)
+		if _, err := bus.PublishAsync(ev); err != nil {
+			b.Fatal(err)
+		}
+		if a%4000 == 3999 {
+			<-bus.JetStream().PublishAsyncComplete()
+		}
+	}
+	<-bus.JetStream().PublishAsyncComplete()
+	filter := events.SubjectFilter("run", "r10")
+	var last uint64
+	if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, 0, func(m events.RawMsg) error { last = m.Seq; return nil }); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ReadHistory", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, last, func(events.RawMsg) error { b.Fatal("a message after the last"); return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("first-request-by-subject", func(b *testing.B) {
+		for b.Loop() {
+			if m, _, err := events.FirstOf(ctx, bus.JetStream(), events.EventStream, filter, last+1); err != nil || m != nil {
+				b.Fatal(m, err)
+			}
+		}
+	})
+}

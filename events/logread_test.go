@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,35 @@ func TestReadHistory(t *testing.T) {
 	}
 	if c := consumers(); c != before {
 		t.Fatalf("%d consumers after the reads, %d before", c, before)
+	}
+
+	// A read after the aggregate's last message asks for its last message
+	// only: a read by subject from there would walk to the end of the log.
+	requests, err := bus.JetStream().Conn().SubscribeSync("$JS.API.DIRECT.GET." + events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := bus.Publish(ctx, newEvent(t, events.RunStepFailed, "rb", fmt.Sprintf("rb/after%d", i), stepFailedData)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, tail[len(tail)-1], func(events.RawMsg) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.JetStream().Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	for {
+		m, err := requests.NextMsg(50 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		asked = append(asked, string(m.Data))
+	}
+	if len(asked) != 1 || !strings.Contains(asked[0], "last_by_subj") {
+		t.Fatalf("a read after the last message asked %q; want the last message only", asked)
 	}
 }
 
