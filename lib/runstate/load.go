@@ -117,17 +117,11 @@ func (r *Run) Replay(ctx context.Context, bus *events.Bus, skills *skill.Cache, 
 	if err != nil {
 		return false, err
 	}
-	// What the run stored after the last message kept: the server finds
-	// the run's last message from its subject index, and only a run that
-	// has more is read by subject from there.
-	last, err := events.LastOf(ctx, bus.JetStream(), events.EventStream, filter)
-	if err != nil {
+	// What the run stored after the last message kept: ReadHistory asks
+	// for the run's last message first (from the server's subject index),
+	// and only a run that has more is read by subject from there.
+	if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, seqs[len(seqs)-1], keep); err != nil {
 		return false, err
-	}
-	if after := seqs[len(seqs)-1]; last != nil && last.Seq > after {
-		if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, filter, after, keep); err != nil {
-			return false, err
-		}
 	}
 	count, lastID := 0, ""
 	for _, f := range all {
