@@ -81,8 +81,8 @@ const defaultMaxWaiting = 1000
 
 // finishedKeep is how long a finished run is kept: its end's deliveries
 // come within moments, and kept longer its state is only memory at rest
-// (up to maxFinished states of kilobytes each). Trimmed by the sweep's
-// loop.
+// (up to maxFinished states of kilobytes each). Trimmed as runs end and by
+// the sweep's loop.
 const finishedKeep = 30 * time.Second
 
 // maxFinished bounds the finished runs kept.
@@ -227,7 +227,15 @@ func (e *engine) positions(id string) []uint64 {
 func (e *engine) forget(id string) {
 	e.mu.Lock()
 	delete(e.runs, id)
-	delete(e.finished, id)
+	if _, ok := e.finished[id]; ok {
+		// Its entry goes too: were it to end again, an old entry would
+		// trim the new state.
+		delete(e.finished, id)
+		if i := slices.Index(e.finishedIDs, id); i >= 0 {
+			e.finishedIDs = slices.Delete(e.finishedIDs, i, i+1)
+			e.finishedAt = slices.Delete(e.finishedAt, i, i+1)
+		}
+	}
 	delete(e.parked, id)
 	delete(e.waiting, id)
 	delete(e.handled, id)
@@ -336,13 +344,19 @@ func (e *engine) done(r *runstate.Run) {
 		delete(e.finished, e.finishedIDs[0])
 		e.finishedIDs, e.finishedAt = e.finishedIDs[1:], e.finishedAt[1:]
 	}
+	e.trimFinishedLocked(time.Now())
 }
 
 // trimFinished forgets the finished runs that ended more than
-// finishedKeep before now.
+// finishedKeep before now (as each end does, and the sweep's loop, for a
+// runner at rest).
 func (e *engine) trimFinished(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.trimFinishedLocked(now)
+}
+
+func (e *engine) trimFinishedLocked(now time.Time) {
 	n := 0
 	for n < len(e.finishedAt) && now.Sub(e.finishedAt[n]) > finishedKeep {
 		delete(e.finished, e.finishedIDs[n])
