@@ -171,15 +171,12 @@ func (c *commands) loadRun(ctx context.Context, id string, r *runstate.Run) (*ru
 	}
 	read := false
 	if r == nil {
-		r = runstate.New(id)
-		if seqs := c.e.positions(id); len(seqs) > 0 {
-			ok, err := r.Replay(ctx, c.e.bus, c.e.skills, seqs, c.e.tallyOf(ctx, id))
-			if err != nil {
-				return nil, err
-			}
-			if read = ok; !ok {
-				r = runstate.New(id)
-			}
+		pr, err := c.e.byPositions(ctx, id, c.e.positions(id))
+		if err != nil {
+			return nil, err
+		}
+		if r, read = pr, pr != nil; r == nil {
+			r = runstate.New(id)
 		}
 	}
 	if !read {

@@ -161,18 +161,13 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	e.mu.Lock()
 	p, parked := e.parked[id]
 	e.mu.Unlock()
-	if !fresh && parked && len(p.seqs) > 0 {
-		// Replay reads the messages at the positions kept and whatever
-		// the run stored after them, and keeps them if they are as many
-		// as the index counts.
-		ok, err := r.Replay(ctx, e.bus, e.skills, p.seqs, e.tallyOf(ctx, id))
+	if !fresh && parked {
+		pr, err := e.byPositions(ctx, id, p.seqs)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			read = !own || r.LastSeq >= d.Seq
-		} else {
-			r = runstate.New(id) // moved or gone: read it the ordinary way
+		if pr != nil {
+			r, read = pr, !own || pr.LastSeq >= d.Seq
 		}
 	}
 	if !read {
@@ -199,6 +194,23 @@ func (e *engine) load(ctx context.Context, id string, d *events.Delivery) (*runs
 	e.runs[id] = r
 	delete(e.parked, id)
 	e.mu.Unlock()
+	return r, nil
+}
+
+// byPositions reads run id from the positions of its messages (what its
+// worker handed over when it paused) and whatever it stored after them,
+// kept only if they make the index's tally (runstate.Run.Replay); nil when
+// there are none or they do not hold: the caller reads the run by
+// subject.
+func (e *engine) byPositions(ctx context.Context, id string, seqs []uint64) (*runstate.Run, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	r := runstate.New(id)
+	ok, err := r.Replay(ctx, e.bus, e.skills, seqs, e.tallyOf(ctx, id))
+	if err != nil || !ok {
+		return nil, err
+	}
 	return r, nil
 }
 
