@@ -116,6 +116,9 @@ func (c *Codec) check(ev *Event, a *attributes) error {
 	if len(ev.DataEncoded) > MaxEventBytes {
 		return Errorf(CodeTooLarge, "%s: data is %d bytes, more than %d", t, len(ev.DataEncoded), MaxEventBytes)
 	}
+	if err := checkEncodedHeaders(ev, a); err != nil {
+		return err
+	}
 	return c.v.Validate(t, ev.DataEncoded)
 }
 
@@ -372,6 +375,80 @@ func checkHeaderSize(h nats.Header) error {
 		return Errorf(CodeTooLarge, "headers are %d bytes; the limit is %d", total, MaxHeaderBytes)
 	}
 	return nil
+}
+
+// checkEncodedHeaders holds an event to the header limits as Encode would
+// write it: percent-encoding triples every byte outside printable ASCII, so
+// a value that arrived raw (or in structured mode, where no header limit
+// applies) can grow past MaxHeaderValue. An event heed accepts must
+// re-encode to a message heed accepts, so the limits apply to the encoded
+// form too.
+func checkEncodedHeaders(ev *Event, a *attributes) error {
+	exts := ev.Extensions()
+	headers, total := 1, len(HeaderMsgID)+len(a.id)
+	add := func(name, value string) error {
+		n := encodedLen(value)
+		if n > MaxHeaderValue {
+			return Errorf(CodeTooLarge, "header %s is %d bytes encoded; the limit is %d", name, n, MaxHeaderValue)
+		}
+		if value != "" {
+			headers++
+			total += len(name) + n
+		}
+		return nil
+	}
+	for _, f := range [...]struct{ name, value string }{
+		{headerSpecVersion, a.specVersion}, {headerID, a.id}, {headerSource, a.source},
+		{headerType, a.typ}, {headerSubject, a.subject}, {headerDataSchema, ev.DataSchema()},
+		{headerDataContentType, ev.DataContentType()},
+	} {
+		if err := add(f.name, f.value); err != nil {
+			return err
+		}
+	}
+	if t := ev.Time(); !t.IsZero() {
+		headers++
+		total += len(headerTime) + maxTimeLen
+	}
+	for name, v := range exts {
+		s, err := types.Format(v)
+		if err != nil {
+			return Errorf(CodeUndecodable, "extension %s: %v", name, err)
+		}
+		if err := add(HeaderPrefix+name, s); err != nil {
+			return err
+		}
+	}
+	if headers > MaxHeaders {
+		return Errorf(CodeTooLarge, "%d headers encoded; the limit is %d", headers, MaxHeaders)
+	}
+	if total > MaxHeaderBytes {
+		// The time was counted at its longest; count it as written before
+		// refusing (formatting it on every check costs more than the rest).
+		if t := ev.Time(); !t.IsZero() {
+			var buf [64]byte
+			total += len(t.UTC().AppendFormat(buf[:0], time.RFC3339Nano)) - maxTimeLen
+		}
+		if total > MaxHeaderBytes {
+			return Errorf(CodeTooLarge, "headers are %d bytes encoded; the limit is %d", total, MaxHeaderBytes)
+		}
+	}
+	return nil
+}
+
+// maxTimeLen is the longest ce-time Encode writes (RFC 3339 in UTC, with
+// nanoseconds; years are 0000-9999).
+const maxTimeLen = len("2006-01-02T15:04:05.999999999Z")
+
+// encodedLen is len(percentEncode(s)) without building it.
+func encodedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i]) {
+			n += 2
+		}
+	}
+	return n
 }
 
 func validExtensionName(s string) bool {

@@ -611,3 +611,49 @@ func TestHostileInputsRefusedCheaply(t *testing.T) {
 		t.Errorf("a 9,000-deep command: %v", err)
 	}
 }
+
+// TestHeaderLimitsHoldForTheEncodedForm: a value that fits the limits as it
+// arrived (raw bytes in a header, or any length in structured mode) but not
+// once percent-encoded is refused, by Decode and by Encode alike, so that
+// whatever heed accepts re-encodes to a message heed accepts. Found by
+// FuzzDecode: a 1,366-byte id of raw 0xC1 bytes decoded, and its encoding
+// (4,098 bytes) did not.
+func TestHeaderLimitsHoldForTheEncodedForm(t *testing.T) {
+	codec := testCodec(t)
+	rawID := strings.Repeat("\xc1", 1366)
+	binary := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e1", runStartedData))
+	binary.Header.Set("ce-id", rawID)
+	if _, err := codec.Decode(binary); !errors.Is(err, events.ErrTooLarge) || !strings.Contains(err.Error(), "encoded") {
+		t.Errorf("raw 0xC1 id: %v; want too_large (encoded)", err)
+	}
+	structured := &nats.Msg{Subject: "heed.run.r1.started", Header: nats.Header{"Content-Type": {events.ContentTypeStructured}},
+		Data: []byte(`{"specversion":"1.0","id":"` + strings.Repeat("é", 1400) + `","source":"urn:x","type":"heed.run.started","subject":"r1","data":` + string(runStartedData) + `}`)}
+	if _, err := codec.Decode(structured); !errors.Is(err, events.ErrTooLarge) {
+		t.Errorf("structured id of 1,400 é: %v; want too_large", err)
+	}
+	many := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e1", runStartedData))
+	for i := range 12 {
+		many.Header.Set(fmt.Sprintf("ce-x%d", i), strings.Repeat("\xc3\xa9", 650)) // 1,300 bytes raw, 3,900 encoded
+	}
+	if _, err := codec.Decode(many); !errors.Is(err, events.ErrTooLarge) || !strings.Contains(err.Error(), "headers are") {
+		t.Errorf("12 extensions of 1,300 raw bytes: %v; want too_large (all headers)", err)
+	}
+	ev := newEvent(t, events.RunStarted, "r1", strings.Repeat("é", 1400), runStartedData)
+	if _, err := codec.Encode(ev); !errors.Is(err, events.ErrTooLarge) {
+		t.Errorf("Encode of an id of 1,400 é: %v; want too_large", err)
+	}
+	// At the limit exactly: accepted and round-trips.
+	ok := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e1", runStartedData))
+	ok.Header.Set("ce-id", strings.Repeat("\xc3\xa9", events.MaxHeaderValue/6))
+	ev2, err := codec.Decode(ok)
+	if err != nil {
+		t.Fatalf("an id of %d encoded bytes: %v", events.MaxHeaderValue/6*6, err)
+	}
+	enc, err := codec.Encode(ev2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := codec.Decode(enc); err != nil {
+		t.Errorf("re-encoded: %v", err)
+	}
+}
