@@ -279,10 +279,12 @@ func histP99(before, after map[float64]float64) (time.Duration, float64) {
 
 // pacedRequests sends rate requests/s for d, each on its own schedule
 // slot, and returns every request → reply latency.
-func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp) ([]time.Duration, error) {
+func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, error) {
 	n := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
+	sent := make([]time.Time, n)
+	route := make([]string, n)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -298,10 +300,14 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 			cctx, cancel := callCtx(ctx)
 			defer cancel()
 			t0 := time.Now()
-			_, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("lat-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
+			sent[i] = t0
+			rep, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("lat-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
 				Session: op.session, Operation: op.operation, Scope: op.scope, Environment: op.env, Risk: &risk, Confidence: &conf, Requester: "bench/" + op.session,
 			}})
 			lat[i] = time.Since(t0)
+			if err == nil {
+				route[i] = string(rep.Routed.Decision)
+			}
 			if err != nil {
 				errs <- err
 			}
@@ -311,6 +317,16 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 	close(errs)
 	if err := <-errs; err != nil {
 		return nil, err
+	}
+	if tripsOut != "" {
+		var b strings.Builder
+		b.WriteString("sent_unix_us,reply_us,route\n")
+		for i := range lat {
+			fmt.Fprintf(&b, "%d,%d,%s\n", sent[i].UnixMicro(), lat[i].Microseconds(), route[i])
+		}
+		if err := os.WriteFile(tripsOut, []byte(b.String()), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	slices.Sort(lat)
 	return lat, nil
@@ -456,7 +472,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	env.logf("escalation: %d requests/s for %s", targetEscRate, escLatencyDuration)
-	lat, err := pacedRequests(ctx, c, targetEscRate, escLatencyDuration, generate(genSeed+1, 1000))
+	lat, err := pacedRequests(ctx, c, targetEscRate, escLatencyDuration, generate(genSeed+1, 1000), escTripsOut(env.cfg.tripsOut))
 	if err != nil {
 		return nil, err
 	}
@@ -539,4 +555,13 @@ func bucketBound(d time.Duration) string {
 		return "> 10 ms (past the last bucket)"
 	}
 	return "≤ " + micros(d)
+}
+
+// escTripsOut is where the paced escalation requests are written with
+// -trips-out: next to the approval's round trips.
+func escTripsOut(tripsOut string) string {
+	if tripsOut == "" {
+		return ""
+	}
+	return strings.TrimSuffix(tripsOut, ".csv") + "-escalation.csv"
 }
