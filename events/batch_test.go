@@ -168,3 +168,59 @@ func TestFastBatchEdges(t *testing.T) {
 		t.Fatalf("a batch no stream captures: %v, want no responders", err)
 	}
 }
+
+// PublishAllGuarded writes a decision's events in one batch only while its
+// guard holds: a second writer on the same expectation, and a retry of
+// the same events after they were stored, write nothing and are told the
+// log moved (ErrStaleRead), also when the first event has the id of one
+// in the log (a fast batch drops such a duplicate silently and stores
+// what follows it, which is why the first goes without Nats-Msg-Id). The
+// same on a stream that does not allow batches.
+func TestPublishAllGuarded(t *testing.T) {
+	for _, batches := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fast batch", false: "one at a time"}[batches], func(t *testing.T) {
+			env := eventstest.Start(t)
+			bus := env.Bus(t)
+			js := bus.JetStream()
+			if !batches {
+				cfg := events.DefaultTopology().EventStreamConfig()
+				cfg.AllowBatchPublish = false
+				if _, err := js.UpdateStream(testCtx(t), cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mk := func(prefix string) []events.Event {
+				return []events.Event{
+					*newEvent(t, events.RunStepFailed, "gb", prefix+"-0", stepFailedData),
+					*newEvent(t, events.RunStepFailed, "gb", prefix+"-1", stepFailedData),
+					*newEvent(t, events.RunStepFailed, "gb", prefix+"-2", stepFailedData),
+				}
+			}
+			guard := events.ExpectLastSubjectSeq{Subject: "heed.run.gb.>", Seq: 0}
+			seq, err := bus.PublishAllGuarded(testCtx(t), mk("w"), guard)
+			if err != nil {
+				t.Fatalf("the first writer: %v", err)
+			}
+			got := runEvents(t, js, "gb")
+			if len(got) != 3 || got[0].id != "w-0" || got[2].id != "w-2" || seq != got[2].seq {
+				t.Fatalf("stored %v, returned seq %d; want w-0, w-1, w-2 in order and the last one's seq", got, seq)
+			}
+			for name, evs := range map[string][]events.Event{"a retry of the same events": mk("w"), "a second writer": mk("l")} {
+				if _, err := bus.PublishAllGuarded(testCtx(t), evs, guard); !errors.Is(err, events.ErrStaleRead) {
+					t.Fatalf("%s: %v, want ErrStaleRead", name, err)
+				}
+			}
+			if n := streamCount(t, js, events.EventStream, "heed.run.gb.>"); n != 3 {
+				t.Fatalf("after the losers: %d events, want 3", n)
+			}
+			// Guarded by what it read last, the next decision goes on.
+			seq2, err := bus.PublishAllGuarded(testCtx(t), mk("n"), events.ExpectLastSubjectSeq{Subject: "heed.run.gb.>", Seq: seq})
+			if err != nil || seq2 <= seq {
+				t.Fatalf("the next decision: seq %d, %v", seq2, err)
+			}
+			if n := streamCount(t, js, events.EventStream, "heed.run.gb.>"); n != 6 {
+				t.Fatalf("after the next decision: %d events, want 6", n)
+			}
+		})
+	}
+}

@@ -183,6 +183,70 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 	return nil
 }
 
+// PublishAllGuarded is PublishAll whose write happens only if guard holds
+// when the first event is stored: of several writers racing on the same
+// expectation one writes its events, the others write nothing and get an
+// error wrapping ErrStaleRead, as is a writer whose events are in the log
+// already (a retry after a crash). It returns the stream sequence of the
+// last event stored.
+//
+// The first event goes without Nats-Msg-Id. In a fast batch the server
+// drops a duplicate before it looks at the guard, and then stores the
+// events behind it: a retry, or a loser whose first event has the same id
+// as the winner's, would append its other events to the winner's. The
+// guard alone keeps the first event to once; the events behind it keep
+// their ids.
+func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLastSubjectSeq) (uint64, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	for i := range evs {
+		msg, err := b.codec.Encode(&evs[i])
+		if err != nil {
+			return 0, err
+		}
+		msgs[i] = msg
+	}
+	guard.apply(msgs[0])
+	delete(msgs[0].Header, HeaderMsgID)
+	from, seq := 0, uint64(0)
+	if !b.batch.off() {
+		n, last, err := b.batch.writeSeq(ctx, msgs)
+		b.published(evs[:n])
+		switch {
+		case err == nil && n == len(msgs):
+			return last, nil
+		case err == nil && n > 0:
+			// Ended early without a refusal (a message lost on the way):
+			// the first is stored; the rest follows one at a time.
+			from, seq = n, last
+		case errors.Is(err, errBatchUnsupported):
+			// Written one at a time below.
+		case err == nil:
+			return 0, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("publish %s: the stream took none of a batch", msgs[0].Subject)}
+		default:
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, classifyPublishError(msgs[n].Subject, err)
+		}
+	}
+	// Each once the one before it is stored.
+	for i := from; i < len(msgs); i++ {
+		ack, err := b.js.PublishMsg(ctx, msgs[i])
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, classifyPublishError(msgs[i].Subject, err)
+		}
+		b.published(evs[i : i+1])
+		seq = max(seq, ack.Sequence)
+	}
+	return seq, nil
+}
+
 func (b *Bus) published(evs []Event) {
 	if b.obs == nil {
 		return

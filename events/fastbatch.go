@@ -92,6 +92,7 @@ type batchAck struct {
 	Type  string              `json:"type,omitempty"`
 	Batch string              `json:"batch,omitempty"`
 	Count uint64              `json:"count,omitempty"`
+	Seq   uint64              `json:"seq,omitempty"` // of the last message stored
 	Error *jetstream.APIError `json:"error,omitempty"`
 }
 
@@ -109,11 +110,18 @@ var errBatchUnsupported = errors.New("fast batch publish not enabled on the stre
 // early without a refusal (a message lost on the way: the server saw a
 // gap); the caller sends the rest again.
 func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) {
+	n, _, err := w.writeSeq(ctx, msgs)
+	return n, err
+}
+
+// writeSeq is write that also returns the stream sequence of the last
+// message the batch stored (0 if none is known).
+func (w *batchWriter) writeSeq(ctx context.Context, msgs []*nats.Msg) (int, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := w.subscribe(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	id := nuid.Next()
 	p := &pendingBatch{done: make(chan struct{})}
@@ -137,7 +145,7 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 		out := *msg
 		out.Reply = prefix + strconv.Itoa(i+1) + "." + strconv.Itoa(op) + ".$FI"
 		if err := w.nc.PublishMsg(&out); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -148,38 +156,38 @@ func (w *batchWriter) write(ctx context.Context, msgs []*nats.Msg) (int, error) 
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("no acknowledgement of the batch: %w", ctx.Err())
+		return 0, 0, fmt.Errorf("no acknowledgement of the batch: %w", ctx.Err())
 	}
 	w.mu.Lock()
 	ack, answerErr, flowErr := p.ack, p.err, p.flowErr
 	w.mu.Unlock()
 	if answerErr != nil {
-		return 0, answerErr
+		return 0, 0, answerErr
 	}
 	if ack.Error != nil {
 		if ack.Error.ErrorCode == jetstream.ErrorCode(jsErrCodeBatchPublishDisabled) {
 			w.turnOff(msgs[0].Subject, "the stream does not allow fast batches (allow_batched off: provisioned by an older heed)")
-			return 0, errBatchUnsupported
+			return 0, 0, errBatchUnsupported
 		}
 		// What of the batch the stream took before it refused is not
 		// said: the caller's retry writes it again, and the stream drops
 		// what it has (deterministic ids).
-		return 0, ack.Error
+		return 0, 0, ack.Error
 	}
 	if ack.Batch != id {
 		// A server that does not know the protocol (before 2.14) stored
 		// the messages as plain publishes and acknowledged the first.
 		w.turnOff(msgs[0].Subject, "the server does not speak fast batch publishing (nats-server before 2.14)")
-		return 0, errBatchUnsupported
+		return 0, 0, errBatchUnsupported
 	}
 	n := int(ack.Count)
 	if n > len(msgs) {
 		n = len(msgs)
 	}
 	if n < len(msgs) && flowErr != nil {
-		return n, flowErr
+		return n, ack.Seq, flowErr
 	}
-	return n, nil
+	return n, ack.Seq, nil
 }
 
 // turnOff writes one event at a time for batchRetryAfter, and says so:

@@ -59,26 +59,18 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		return e.finish(e.processFrom(ctx, id, cause, escalation.New(id)))
 	}
 	defer e.inflight.start(id)()
-	// A request naming its id is most often new too: its requested event
-	// is written alone first, guarded by "no earlier event", before
-	// anything is decided (no presence asked for a retry). Only when the
-	// log has the id already is it read and compared.
-	ev, err := requestedEvent(id, data, e.now())
-	if err != nil {
+	// A request naming its id is most often new too: it is decided as
+	// new and its events written in one batch, guarded by "no earlier
+	// event". Only when the log has the id already (a retry, or another
+	// request with this id) is it read and compared.
+	st, err := e.attempt(ctx, id, cause, escalation.New(id))
+	if err == nil {
+		return e.finish(st, nil)
+	}
+	if !errors.Is(err, events.ErrStaleRead) {
 		return nil, err
 	}
-	ack, err := e.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: 0})
-	switch {
-	case err == nil && !ack.Duplicate:
-		st := escalation.New(id)
-		if err := escalation.Apply(st, &ev, ack.Sequence); err != nil {
-			return nil, err
-		}
-		return e.finish(e.processFrom(ctx, id, cause, st))
-	case err != nil && !errors.Is(err, events.ErrStaleRead):
-		return nil, err
-	}
-	st, err := e.load(ctx, id)
+	st, err = e.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ package escalator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 	"github.com/heedhq/heed/lib/escalation"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ConsumerName is the escalator's durable consumer.
@@ -257,54 +255,29 @@ func (e *escalator) attempt(ctx context.Context, id string, c Cause, st *command
 		return nil, err
 	}
 	e.m.decideLat.Observe((time.Since(start) - asked).Seconds())
-	// The escalation's events first, the first of them guarded: a
-	// decider that lost a race (another process, or the command and
-	// the consumer on one request) writes nothing, not even a
-	// confirmation nobody would act on. The offer's confirmation
-	// follows, written only if it does not exist yet (after a crash it
-	// may), so it comes a write after its offered event.
-	// The first write is guarded and waited for; the rest of the
-	// escalation's events follow it in order.
-	var mine []*events.Event
+	// The escalation's events first, in one batch guarded by what st
+	// read: a decider that lost a race (another process, or the command
+	// and the consumer on one request), or whose events are in the log
+	// already (a retry), writes nothing, not even a confirmation nobody
+	// would act on. The offer's confirmation follows, written only if it
+	// does not exist yet (after a crash it may), so it comes a write after
+	// its offered event.
+	var mine []events.Event
 	for i := range evs {
 		if events.Type(evs[i].Type()).Kind() == "escalation" {
-			mine = append(mine, &evs[i])
+			mine = append(mine, evs[i])
 		}
-	}
-	written := func(ev *events.Event, ack *jetstream.PubAck) error {
-		if ack.Duplicate {
-			// Another decider wrote this id first, perhaps with other
-			// content (it read the log at another moment): what
-			// stands is the log's, so stop here, read it and decide
-			// again from it instead of trusting what was decided here.
-			return fmt.Errorf("escalation %s: %s was written by another decider: %w", id, ev.ID(), events.ErrStaleRead)
-		}
-		// next has every event folded in already; the log gives the
-		// sequence.
-		next.Seq = max(next.Seq, ack.Sequence)
-		e.count(ev, next)
-		return nil
 	}
 	if len(mine) > 0 {
-		ack, err := e.bus.Publish(ctx, mine[0], events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
+		seq, err := e.bus.PublishAllGuarded(ctx, mine, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
 		if err != nil {
 			return nil, err
 		}
-		if err := written(mine[0], ack); err != nil {
-			return nil, err
-		}
-		// The rest in order, each once the one before it is stored (as
-		// events.Bus.PublishAll): pipelined, one the stream did not
-		// take during a failover would be stored after the ones
-		// behind it when retried.
-		for _, ev := range mine[1:] {
-			ack, err := e.bus.Publish(ctx, ev)
-			if err != nil {
-				return nil, err
-			}
-			if err := written(ev, ack); err != nil {
-				return nil, err
-			}
+		// next has every event folded in already; the log gives the
+		// sequence.
+		next.Seq = max(next.Seq, seq)
+		for i := range mine {
+			e.count(&mine[i], next)
 		}
 	}
 	for i := range evs {

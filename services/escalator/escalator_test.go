@@ -7,6 +7,7 @@ package escalator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -230,6 +231,10 @@ func TestTierTimeoutEscalates(t *testing.T) {
 	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		if evs := s.history(t, filter); count(evs, events.EscalationOffered) < 3 {
 			return fmt.Errorf("events: %s", types(evs))
+		}
+		// The offer's confirmation is written after the offer.
+		if count(s.history(t, events.SubjectFilter("confirm", "e-t-o3")), events.ConfirmRequested) == 0 {
+			return errors.New("the top tier's confirmation is not written yet")
 		}
 		return nil
 	})
