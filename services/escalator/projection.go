@@ -32,6 +32,7 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 		return nil // a request's own event comes first
 	}
 	wasHeld := found && e.Status == events.EscalationHeld
+	before := e
 	switch t {
 	case events.EscalationRequested:
 		if found {
@@ -96,7 +97,7 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	// writes again (the list skips what it has). The other way round, the
 	// redelivery would find the request decided already, leave the list
 	// alone and keep the session holding a request that is over.
-	if err := p.session(ctx, s, e, wasHeld); err != nil {
+	if err := p.session(ctx, s, e, wasHeld, before); err != nil {
 		return err
 	}
 	if err := s.Put(ctx, key, e); err != nil {
@@ -108,10 +109,19 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	return nil
 }
 
-// session keeps the session's list of held requests in step.
-func (p *Projection) session(ctx context.Context, s events.Store, e readmodel.Escalation, wasHeld bool) error {
+// session keeps the session's list of held requests in step. The list
+// is written before the summary, so the summary as it was (before) says
+// what the list holds of this request: a request held before and after
+// with the same risk and criticality (an offer, an escalation, a route
+// that keeps the request's own risk) leaves the list as it is, unread.
+// A session's list is the longest value the projection writes; most
+// events of a held request do not change it.
+func (p *Projection) session(ctx context.Context, s events.Store, e readmodel.Escalation, wasHeld bool, before readmodel.Escalation) error {
 	held := e.Status == events.EscalationHeld
 	if !held && !wasHeld {
+		return nil
+	}
+	if held && wasHeld && before.Risk == e.Risk && before.Critical == e.Critical && before.Session == e.Session {
 		return nil
 	}
 	key := readmodel.SessionKey(e.Session)
