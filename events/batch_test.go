@@ -221,6 +221,25 @@ func TestPublishAllGuarded(t *testing.T) {
 			if n := streamCount(t, js, events.EventStream, "heed.run.gb.>"); n != 6 {
 				t.Fatalf("after the next decision: %d events, want 6", n)
 			}
+			// A guard behind the first: the batch stops at it, after what
+			// came before it.
+			other := *newEvent(t, events.RunStepFailed, "gb2", "o-0", stepFailedData)
+			publish(t, bus, &other)
+			evs := append(mk("m")[:2], *newEvent(t, events.RunStepFailed, "gb2", "o-1", stepFailedData))
+			_, err = bus.PublishAllGuarded(testCtx(t), evs, events.ExpectLastSubjectSeq{Subject: "heed.run.gb.>", Seq: seq2},
+				events.GuardAt{Index: 2, Guard: events.ExpectLastSubjectSeq{Subject: "heed.run.gb2.>", Seq: 0}})
+			if !errors.Is(err, events.ErrStaleRead) {
+				t.Fatalf("a batch whose third event's guard fails: %v, want ErrStaleRead", err)
+			}
+			if n := streamCount(t, js, events.EventStream, "heed.run.gb.>"); n != 8 {
+				t.Fatalf("the two events before the refused one: %d events, want 8", n)
+			}
+			if n := streamCount(t, js, events.EventStream, "heed.run.gb2.>"); n != 1 {
+				t.Fatalf("the refused event: %d events on its aggregate, want 1", n)
+			}
+			if _, err := bus.PublishAllGuarded(testCtx(t), mk("x")[:1], guard, events.GuardAt{Index: 1}); err == nil {
+				t.Fatal("a guard past the batch's end was taken")
+			}
 		})
 	}
 }

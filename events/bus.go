@@ -63,6 +63,13 @@ func (o ExpectLastSubjectSeq) apply(m *nats.Msg) {
 	}
 }
 
+// GuardAt guards the event at Index (behind the first) of a
+// PublishAllGuarded batch; it keeps its Nats-Msg-Id.
+type GuardAt struct {
+	Index int
+	Guard ExpectLastSubjectSeq
+}
+
 // PurgeSchedule removes a pending server-side schedule (see Schedule) in the
 // same atomic write as the event, e.g. an answer cancelling its deadline.
 type PurgeSchedule struct{ Subject string }
@@ -196,7 +203,11 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 // as the winner's, would append its other events to the winner's. The
 // guard alone keeps the first event to once; the events behind it keep
 // their ids.
-func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLastSubjectSeq) (uint64, error) {
+//
+// Events behind the first may carry guards of their own (more): the
+// batch stops at one whose guard does not hold, after the events before
+// it were stored, and the error wraps ErrStaleRead as for the first.
+func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLastSubjectSeq, more ...GuardAt) (uint64, error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
@@ -210,6 +221,12 @@ func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLa
 	}
 	guard.apply(msgs[0])
 	delete(msgs[0].Header, HeaderMsgID)
+	for _, g := range more {
+		if g.Index <= 0 || g.Index >= len(msgs) {
+			return 0, fmt.Errorf("guard of event %d of a batch of %d: not an event behind the first", g.Index, len(msgs))
+		}
+		g.Guard.apply(msgs[g.Index])
+	}
 	from, seq := 0, uint64(0)
 	if !b.batch.off() {
 		n, last, err := b.batch.writeSeq(ctx, msgs)

@@ -259,25 +259,19 @@ func (e *escalator) attempt(ctx context.Context, id string, c Cause, st *command
 	// read: a decider that lost a race (another process, or the command
 	// and the consumer on one request), or whose events are in the log
 	// already (a retry), writes nothing, not even a confirmation nobody
-	// would act on. The offer's confirmation follows, written only if it
-	// does not exist yet (after a crash it may), so it comes a write after
-	// its offered event.
-	var mine []events.Event
+	// would act on. An offer's confirmation follows its offered event in
+	// the same batch, guarded by "no such confirmation yet": a new offer's
+	// cannot exist, but one written by someone else stops the batch there
+	// and the decision is read and made again from the log, which writes
+	// only the confirmation, alone, and takes the one that is there.
+	var batch []events.Event
+	var confirmGuards []events.GuardAt
+	var loose []*events.Event // confirmations with no event of the escalation to follow
+	nMine := 0
 	for i := range evs {
 		if events.Type(evs[i].Type()).Kind() == "escalation" {
-			mine = append(mine, evs[i])
-		}
-	}
-	if len(mine) > 0 {
-		seq, err := e.bus.PublishAllGuarded(ctx, mine, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq})
-		if err != nil {
-			return nil, err
-		}
-		// next has every event folded in already; the log gives the
-		// sequence.
-		next.Seq = max(next.Seq, seq)
-		for i := range mine {
-			e.count(&mine[i], next)
+			batch = append(batch, evs[i])
+			nMine++
 		}
 	}
 	for i := range evs {
@@ -285,6 +279,27 @@ func (e *escalator) attempt(ctx context.Context, id string, c Cause, st *command
 		if events.Type(ev.Type()).Kind() == "escalation" {
 			continue
 		}
+		guard := events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}
+		if nMine == 0 {
+			loose = append(loose, ev)
+			continue
+		}
+		confirmGuards = append(confirmGuards, events.GuardAt{Index: len(batch), Guard: guard})
+		batch = append(batch, *ev)
+	}
+	if nMine > 0 {
+		seq, err := e.bus.PublishAllGuarded(ctx, batch, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("escalation", id), Seq: st.Seq}, confirmGuards...)
+		if err != nil {
+			return nil, err
+		}
+		// next has every event folded in already; the log gives the
+		// sequence (the batch's last: at or after the escalation's).
+		next.Seq = max(next.Seq, seq)
+		for i := range batch[:nMine] {
+			e.count(&batch[i], next)
+		}
+	}
+	for _, ev := range loose {
 		if _, err := e.bus.Publish(ctx, ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", ev.Subject()), Seq: 0}); err != nil && !errors.Is(err, events.ErrStaleRead) {
 			return nil, err
 		}

@@ -501,3 +501,32 @@ quorum:
 		t.Errorf("decided %+v (%s)", d, types(evs))
 	}
 }
+
+// An offer's confirmation goes in the batch of its offered event, guarded
+// by "no such confirmation yet". One written before by someone else (an
+// outside client on heed.>) stops that batch at it: the escalation's
+// events before it stand, the confirmation there is kept and not written
+// again, and the request is answered with its offer.
+func TestOfferWhoseConfirmationExistsAlready(t *testing.T) {
+	s := start(t, tiersYAML)
+	cid := events.ConfirmIDOfOffer("e-x", 1)
+	pre, err := events.NewEvent(events.ConfirmRequested, cid, cid+"/requested-by-someone", "agent/other",
+		events.ConfirmRequestedData{Message: "written first", Options: []events.Option{{Label: "Yes", Value: "yes"}}, Requester: "agent/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.bus.Publish(ctxT(t), &pre); err != nil {
+		t.Fatal(err)
+	}
+	r := s.request(t, command.RequestEscalation{ID: "e-x", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
+	if r.Offer == nil || r.Offer.ConfirmID != cid {
+		t.Fatalf("reply %+v, want the offer of %s", r, cid)
+	}
+	if got := types(s.history(t, events.SubjectFilter("escalation", "e-x"))); got != "requested routed offered" {
+		t.Errorf("escalation events: %s", got)
+	}
+	confirms := s.history(t, events.SubjectFilter("confirm", cid))
+	if n := count(confirms, events.ConfirmRequested); n != 1 || confirms[0].ID() != pre.ID() {
+		t.Errorf("the confirmation's requests: %d, first %s; want the one written before, alone", n, confirms[0].ID())
+	}
+}
