@@ -243,3 +243,35 @@ func TestPublishAllGuarded(t *testing.T) {
 		})
 	}
 }
+
+// An event behind the first whose id the stream has already was written
+// by another writer that read the log after this writer's first event:
+// written one at a time, the events are refused from there
+// (ErrStaleRead), as they would be by a guard. (In a fast batch the
+// events follow the first back to back: another writer cannot come in
+// between, and nats-server drops a duplicate without a word.)
+func TestPublishAllGuardedStopsAtAnotherWritersEvent(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	cfg := events.DefaultTopology().EventStreamConfig()
+	cfg.AllowBatchPublish = false
+	if _, err := js.UpdateStream(testCtx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, bus, newEvent(t, events.RunStepFailed, "gd", "w-0", stepFailedData))
+	other := publish(t, bus, newEvent(t, events.RunStepFailed, "gd", "x-1", stepFailedData))
+	evs := []events.Event{
+		*newEvent(t, events.RunStepFailed, "gd", "w-1", stepFailedData),
+		*newEvent(t, events.RunStepFailed, "gd", "x-1", stepFailedData),
+		*newEvent(t, events.RunStepFailed, "gd", "w-2", stepFailedData),
+	}
+	_, err := bus.PublishAllGuarded(testCtx(t), evs, events.ExpectLastSubjectSeq{Subject: "heed.run.gd.>", Seq: other.Sequence})
+	if !errors.Is(err, events.ErrStaleRead) {
+		t.Fatalf("an event behind the first that another writer stored: %v, want ErrStaleRead", err)
+	}
+	got := runEvents(t, js, "gd")
+	if len(got) != 3 || got[2].id != "w-1" {
+		t.Fatalf("stored %v, want w-0, x-1, w-1 (nothing after the duplicate)", got)
+	}
+}

@@ -194,8 +194,9 @@ func (b *Bus) PublishAll(ctx context.Context, evs []Event) error {
 // when the first event is stored: of several writers racing on the same
 // expectation one writes its events, the others write nothing and get an
 // error wrapping ErrStaleRead, as is a writer whose events are in the log
-// already (a retry after a crash). It returns the stream sequence of the
-// last event stored.
+// already (a retry after a crash). A writer that read the log after this
+// one's first event races only with what follows it: see the loop below.
+// It returns the stream sequence of the last event stored.
 //
 // The first event goes without Nats-Msg-Id. In a fast batch the server
 // drops a duplicate before it looks at the guard, and then stores the
@@ -228,7 +229,7 @@ func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLa
 		g.Guard.apply(msgs[g.Index])
 	}
 	from, seq := 0, uint64(0)
-	if !b.batch.off() {
+	if !b.batch.off() && serverKnowsFastBatches(b.nc) {
 		n, last, err := b.batch.writeSeq(ctx, msgs)
 		b.published(evs[:n])
 		switch {
@@ -249,7 +250,13 @@ func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLa
 			return 0, classifyPublishError(msgs[n].Subject, err)
 		}
 	}
-	// Each once the one before it is stored.
+	// Each once the one before it is stored. An event behind the first
+	// that the stream has already (its id) was written by another writer
+	// that read the log after this one's first: what follows is not this
+	// writer's to add, as when its guard fails. (In a fast batch the
+	// events follow the first back to back, and nats-server drops such a
+	// duplicate without a word; another writer's event can only come in
+	// between when the batch stops early, and the rest is sent here.)
 	for i := from; i < len(msgs); i++ {
 		ack, err := b.js.PublishMsg(ctx, msgs[i])
 		if err != nil {
@@ -258,10 +265,27 @@ func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLa
 			}
 			return 0, classifyPublishError(msgs[i].Subject, err)
 		}
+		if ack.Duplicate && i > 0 {
+			return 0, &Error{Code: CodeConflict, Message: fmt.Sprintf("publish %s: event %s was written before by another writer", msgs[i].Subject, evs[i].ID()), Err: ErrStaleRead}
+		}
 		b.published(evs[i : i+1])
 		seq = max(seq, ack.Sequence)
 	}
 	return seq, nil
+}
+
+// serverKnowsFastBatches reports whether the server this connection is
+// on speaks fast batch publishing (nats-server 2.14 and later). An older
+// one stores a batch's messages as plain publishes: a guarded batch whose
+// first message it refuses would still have the rest stored.
+func serverKnowsFastBatches(nc *nats.Conn) bool { return fastBatchVersion(nc.ConnectedServerVersion()) }
+
+func fastBatchVersion(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 14
 }
 
 func (b *Bus) published(evs []Event) {

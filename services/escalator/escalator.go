@@ -293,7 +293,9 @@ func (e *escalator) attempt(ctx context.Context, id string, c Cause, st *command
 			return nil, err
 		}
 		// next has every event folded in already; the log gives the
-		// sequence (the batch's last: at or after the escalation's).
+		// sequence: the batch's last, which is the offer's confirmation's
+		// when one rode behind (a batch says only its last). Nothing
+		// guards a write by next.Seq: writes read the escalation again.
 		next.Seq = max(next.Seq, seq)
 		for i := range batch[:nMine] {
 			e.count(&batch[i], next)
