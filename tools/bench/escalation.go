@@ -278,8 +278,9 @@ func histP99(before, after map[float64]float64) (time.Duration, float64) {
 }
 
 // pacedRequests sends rate requests/s for d, each on its own schedule
-// slot, and returns every request → reply latency.
-func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, error) {
+// slot, and returns every request → reply latency, sorted, and the same
+// by the route each request took.
+func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, map[string][]time.Duration, error) {
 	n := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
@@ -316,7 +317,7 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tripsOut != "" {
 		var b strings.Builder
@@ -325,11 +326,18 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 			fmt.Fprintf(&b, "%d,%d,%s\n", sent[i].UnixMicro(), lat[i].Microseconds(), route[i])
 		}
 		if err := os.WriteFile(tripsOut, []byte(b.String()), 0o644); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	byRoute := map[string][]time.Duration{}
+	for i, r := range route {
+		byRoute[r] = append(byRoute[r], lat[i])
+	}
+	for _, l := range byRoute {
+		slices.Sort(l)
+	}
 	slices.Sort(lat)
-	return lat, nil
+	return lat, byRoute, nil
 }
 
 // holdMany sends n requests that a tier holds (risk 0.5: tier 1), with
@@ -472,7 +480,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	env.logf("escalation: %d requests/s for %s", targetEscRate, escLatencyDuration)
-	lat, err := pacedRequests(ctx, c, targetEscRate, escLatencyDuration, generate(genSeed+1, 1000), escTripsOut(env.cfg.tripsOut))
+	lat, byRoute, err := pacedRequests(ctx, c, targetEscRate, escLatencyDuration, generate(genSeed+1, 1000), escTripsOut(env.cfg.tripsOut))
 	if err != nil {
 		return nil, err
 	}
@@ -529,6 +537,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 			{fmt.Sprintf("routing decision inside the escalator, p99 (%.0f steps, histogram bucket)", decided), bucketBound(decideP99), "≤ 1 ms", passMiss(verdicts[1])},
 			{fmt.Sprintf("request → reply, p50 (%d requests at %d/s)", len(lat), targetEscRate), micros(percentile(lat, 50)), "", ""},
 			{"request → reply, p99", micros(e2eP99), "≤ 5 ms", passMiss(verdicts[2])},
+			{"… by route: requests, p50 / p99", routeFigures(byRoute), "", ""},
 			{fmt.Sprintf("hold %s requests (50 callers)", thousands(int64(pend))), fmt.Sprintf("%s requests/s (%s); %s held now", thousands(int64(float64(pend)/holdElapsed.Seconds())), holdElapsed.Round(time.Millisecond), thousands(int64(heldNow))), "", ""},
 			{fmt.Sprintf("heed RSS with %s held, at rest (VmRSS; consumers caught up, then %s)", thousands(int64(heldNow)), restSettle), mb(rssRest), "≤ 150 MB", passMiss(verdicts[3])},
 			{"… RSS 2 s after the consumers caught up", mb(rss), "", ""},
@@ -564,4 +573,20 @@ func escTripsOut(tripsOut string) string {
 		return ""
 	}
 	return strings.TrimSuffix(tripsOut, ".csv") + "-escalation.csv"
+}
+
+// routeFigures says how many requests took each route and their p50 and
+// p99, routes in name order.
+func routeFigures(byRoute map[string][]time.Duration) string {
+	routes := make([]string, 0, len(byRoute))
+	for r := range byRoute {
+		routes = append(routes, r)
+	}
+	slices.Sort(routes)
+	var parts []string
+	for _, r := range routes {
+		l := byRoute[r]
+		parts = append(parts, fmt.Sprintf("%s %d: %s / %s", r, len(l), micros(percentile(l, 50)), micros(percentile(l, 99))))
+	}
+	return strings.Join(parts, "; ")
 }
