@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -281,8 +282,14 @@ func (b *Bus) PublishAllGuarded(ctx context.Context, evs []Event, guard ExpectLa
 func serverKnowsFastBatches(nc *nats.Conn) bool { return fastBatchVersion(nc.ConnectedServerVersion()) }
 
 func fastBatchVersion(v string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+	majorS, rest, ok := strings.Cut(v, ".")
+	if !ok {
+		return false
+	}
+	minorS, _, _ := strings.Cut(rest, ".")
+	major, err1 := strconv.Atoi(majorS)
+	minor, err2 := strconv.Atoi(minorS)
+	if err1 != nil || err2 != nil {
 		return false
 	}
 	return major > 2 || major == 2 && minor >= 14
