@@ -182,15 +182,12 @@ func encode(ev *Event, a *attributes) (*nats.Msg, error) {
 			h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
-	set(headerSpecVersion, a.specVersion)
-	set(headerID, a.id)
-	set(headerSource, a.source)
-	set(headerType, a.typ)
-	set(headerSubject, a.subject)
+	for _, f := range attributeHeaders(ev, a) {
+		set(f.name, f.value)
+	}
 	if t := ev.Time(); !t.IsZero() {
 		set(headerTime, t.UTC().Format(time.RFC3339Nano))
 	}
-	set(headerDataSchema, ev.DataSchema())
 	for name, v := range exts {
 		s, err := types.Format(v)
 		if err != nil {
@@ -198,11 +195,23 @@ func encode(ev *Event, a *attributes) (*nats.Msg, error) {
 		}
 		set(HeaderPrefix+name, s)
 	}
-	set(headerDataContentType, ev.DataContentType())
 	vals = append(vals, a.id)
 	h[HeaderMsgID] = vals[len(vals)-1 : len(vals) : len(vals)]
 	// Type(a.typ).Subject(a.subject) is SubjectOf(ev).
 	return &nats.Msg{Subject: Type(a.typ).Subject(a.subject), Header: h, Data: ev.DataEncoded}, nil
+}
+
+// header is one header Encode writes (skipped when its value is empty).
+type header struct{ name, value string }
+
+// attributeHeaders are the context attributes' headers, time and
+// extensions aside: what encode writes and checkEncodedHeaders measures.
+func attributeHeaders(ev *Event, a *attributes) [7]header {
+	return [7]header{
+		{headerSpecVersion, a.specVersion}, {headerID, a.id}, {headerSource, a.source},
+		{headerType, a.typ}, {headerSubject, a.subject}, {headerDataSchema, ev.DataSchema()},
+		{headerDataContentType, ev.DataContentType()},
+	}
 }
 
 // Header names of the context attributes, spelled out once rather than
@@ -397,11 +406,7 @@ func checkEncodedHeaders(ev *Event, a *attributes) error {
 		}
 		return nil
 	}
-	for _, f := range [...]struct{ name, value string }{
-		{headerSpecVersion, a.specVersion}, {headerID, a.id}, {headerSource, a.source},
-		{headerType, a.typ}, {headerSubject, a.subject}, {headerDataSchema, ev.DataSchema()},
-		{headerDataContentType, ev.DataContentType()},
-	} {
+	for _, f := range attributeHeaders(ev, a) {
 		if err := add(f.name, f.value); err != nil {
 			return err
 		}
