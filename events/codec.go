@@ -360,28 +360,62 @@ func decodeWire(msg *nats.Msg) (*Event, error) {
 	return &ev, nil
 }
 
-// Header limits: checked before any header is decoded.
+// Header limits: checked before any header is decoded. MaxHeaders and
+// MaxHeaderBytes hold for the event's own headers (its ce-* attributes and
+// extensions, its content type, Nats-Msg-Id and whatever else a client
+// sent); the NATS transport headers that a write adds on the way in
+// (Nats-Expected-*, Nats-Batch-*, Nats-Schedul*, Nats-TTL, ...: any other
+// Nats-* header) count against limits of their own, so that an event Encode
+// accepts is still accepted when read back with the guard, batch or
+// schedule headers heed wrote it with. MaxHeaderValue holds for every
+// header.
 const (
 	MaxHeaders     = 64       // headers of one message
 	MaxHeaderValue = 4 << 10  // bytes of one header value
 	MaxHeaderBytes = 16 << 10 // bytes of all of a message's headers
+
+	MaxTransportHeaders     = 16      // Nats-* headers other than Nats-Msg-Id
+	MaxTransportHeaderBytes = 8 << 10 // their bytes, names and values
 )
 
+// transportHeader reports whether name is a NATS transport header (Nats-*,
+// in any case) other than Nats-Msg-Id, which carries the event's id.
+func transportHeader(name string) bool {
+	return len(name) > 5 && strings.EqualFold(name[:5], "Nats-") && !strings.EqualFold(name, HeaderMsgID)
+}
+
 func checkHeaderSize(h nats.Header) error {
-	if len(h) > MaxHeaders {
-		return Errorf(CodeTooLarge, "%d headers; the limit is %d", len(h), MaxHeaders)
+	if len(h) > MaxHeaders+MaxTransportHeaders {
+		return Errorf(CodeTooLarge, "%d headers; the limit is %d, and %d NATS transport headers (Nats-*)", len(h), MaxHeaders, MaxTransportHeaders)
 	}
-	total := 0
+	headers, total, transport, transportBytes := 0, 0, 0, 0
 	for name, values := range h {
+		isTransport := transportHeader(name)
+		if isTransport {
+			transport++
+		} else {
+			headers++
+		}
 		for _, v := range values {
 			if len(v) > MaxHeaderValue {
 				return Errorf(CodeTooLarge, "header %.64s is %d bytes; the limit is %d", name, len(v), MaxHeaderValue)
 			}
-			total += len(name) + len(v)
+			if isTransport {
+				transportBytes += len(name) + len(v)
+			} else {
+				total += len(name) + len(v)
+			}
 		}
 	}
-	if total > MaxHeaderBytes {
+	switch {
+	case headers > MaxHeaders:
+		return Errorf(CodeTooLarge, "%d headers; the limit is %d", headers, MaxHeaders)
+	case total > MaxHeaderBytes:
 		return Errorf(CodeTooLarge, "headers are %d bytes; the limit is %d", total, MaxHeaderBytes)
+	case transport > MaxTransportHeaders:
+		return Errorf(CodeTooLarge, "%d NATS transport headers (Nats-*); the limit is %d", transport, MaxTransportHeaders)
+	case transportBytes > MaxTransportHeaderBytes:
+		return Errorf(CodeTooLarge, "NATS transport headers (Nats-*) are %d bytes; the limit is %d", transportBytes, MaxTransportHeaderBytes)
 	}
 	return nil
 }

@@ -657,3 +657,85 @@ func TestHeaderLimitsHoldForTheEncodedForm(t *testing.T) {
 		t.Errorf("re-encoded: %v", err)
 	}
 }
+
+// An event Encode accepts at the header limits is still accepted when read
+// back with the NATS transport headers its write added (a guard, a batch,
+// a schedule purge): those count against limits of their own. Past those,
+// a message is refused all the same.
+func TestTransportHeadersHaveTheirOwnLimits(t *testing.T) {
+	codec := testCodec(t)
+	headerBytes := func(m *nats.Msg) int {
+		n := 0
+		for name, vs := range m.Header {
+			for _, v := range vs {
+				n += len(name) + len(v)
+			}
+		}
+		return n
+	}
+	// Fill the event's own headers to the 16 KiB limit exactly.
+	ev := newEvent(t, events.RunStarted, "r1", "e1", runStartedData)
+	for i := 0; ; i++ {
+		msg, err := codec.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := events.MaxHeaderBytes - headerBytes(msg)
+		name := fmt.Sprintf("x%d", i)
+		if left <= len(events.HeaderPrefix+name)+events.MaxHeaderValue {
+			ev.SetExtension(name, strings.Repeat("a", left-len(events.HeaderPrefix+name)))
+			break
+		}
+		ev.SetExtension(name, strings.Repeat("a", events.MaxHeaderValue))
+	}
+	msg, err := codec.Encode(ev)
+	if err != nil {
+		t.Fatalf("an event at the limit: %v", err)
+	}
+	if n := headerBytes(msg); n != events.MaxHeaderBytes {
+		t.Fatalf("the event's headers are %d bytes, want %d", n, events.MaxHeaderBytes)
+	}
+	// What heed's writes add: a guard on a long confirmation subject, a
+	// fast batch's headers, a schedule purge.
+	long := strings.Repeat("c", events.MaxIDLength)
+	msg.Header.Set("Nats-Expected-Last-Subject-Sequence", "18446744073709551615")
+	msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", "heed.confirm."+long+".>")
+	msg.Header.Set("Nats-Batch-Id", "9f8e7d6c5b4a39281706f5e4d3c2b1a0")
+	msg.Header.Set("Nats-Batch-Sequence", "1000")
+	msg.Header.Set("Nats-Batch-Commit", "1")
+	msg.Header.Set("Nats-Scheduler", "heed.schedule.confirm."+long)
+	msg.Header.Set("Nats-Schedule-Next", "purge")
+	if _, err := codec.Decode(msg); err != nil {
+		t.Fatalf("read back with its write's transport headers: %v", err)
+	}
+
+	// Past the transport limits: refused, with the reason.
+	many := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e2", runStartedData))
+	for i := range events.MaxTransportHeaders + 1 {
+		many.Header.Set(fmt.Sprintf("Nats-X-%d", i), "1")
+	}
+	if _, err := codec.Decode(many); !errors.Is(err, events.ErrTooLarge) || !strings.Contains(err.Error(), "transport") {
+		t.Errorf("%d transport headers: %v; want too_large (transport)", events.MaxTransportHeaders+1, err)
+	}
+	big := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e3", runStartedData))
+	big.Header.Set("Nats-X-1", strings.Repeat("a", events.MaxHeaderValue-100))
+	big.Header.Set("nats-x-2", strings.Repeat("a", events.MaxHeaderValue-100)) // any case
+	big.Header.Set("Nats-X-3", strings.Repeat("a", 300))
+	if _, err := codec.Decode(big); !errors.Is(err, events.ErrTooLarge) || !strings.Contains(err.Error(), "transport") {
+		t.Errorf("transport headers past %d bytes: %v; want too_large (transport)", events.MaxTransportHeaderBytes, err)
+	}
+	value := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e4", runStartedData))
+	value.Header.Set("Nats-X-1", strings.Repeat("a", events.MaxHeaderValue+1))
+	if _, err := codec.Decode(value); !errors.Is(err, events.ErrTooLarge) {
+		t.Errorf("a transport header past %d bytes: %v; want too_large", events.MaxHeaderValue, err)
+	}
+	// Nats-Msg-Id is the event's own: it counts against the event's limits.
+	own := rawMsg(t, newEvent(t, events.RunStarted, "r1", "e5", runStartedData))
+	for i := range 4 {
+		own.Header.Set(fmt.Sprintf("ce-y%d", i), strings.Repeat("a", events.MaxHeaderValue-10))
+	}
+	own.Header.Set(events.HeaderMsgID, strings.Repeat("a", 200))
+	if _, err := codec.Decode(own); !errors.Is(err, events.ErrTooLarge) || strings.Contains(err.Error(), "transport") {
+		t.Errorf("event headers past the limit with Nats-Msg-Id: %v; want too_large (not transport)", err)
+	}
+}

@@ -491,10 +491,14 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	decideP99, decided := histP99(before, after)
 	env.logf("escalation: decide p99 %s (%.0f steps), request → reply p50 %s p99 %s", bucketBound(decideP99), decided, micros(percentile(lat, 50)), micros(percentile(lat, 99)))
 
-	// 10,000 held.
-	if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
+	// 10,000 held. How long the consumers take to catch up after the
+	// paced load says how far behind it left them (the projectors fold
+	// behind the critical path, events/projyield.go).
+	caughtUp, _, err := settle(ctx, nc, 2*time.Minute)
+	if err != nil {
 		return nil, err
 	}
+	env.logf("escalation: after the paced load: consumers caught up in %s", caughtUp.Round(10*time.Millisecond))
 	pend := env.cfg.pending
 	env.logf("escalation: holding %d requests", pend)
 	t0 := time.Now()
@@ -538,6 +542,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 			{fmt.Sprintf("request → reply, p50 (%d requests at %d/s)", len(lat), targetEscRate), micros(percentile(lat, 50)), "", ""},
 			{"request → reply, p99", micros(e2eP99), "≤ 5 ms", passMiss(verdicts[2])},
 			{"… by route: requests, p50 / p99", routeFigures(byRoute), "", ""},
+			{"… every consumer caught up after the paced load in (the projections' backlog)", caughtUp.Round(10 * time.Millisecond).String(), "", ""},
 			{fmt.Sprintf("hold %s requests (50 callers)", thousands(int64(pend))), fmt.Sprintf("%s requests/s (%s); %s held now", thousands(int64(float64(pend)/holdElapsed.Seconds())), holdElapsed.Round(time.Millisecond), thousands(int64(heldNow))), "", ""},
 			{fmt.Sprintf("heed RSS with %s held, at rest (VmRSS; consumers caught up, then %s)", thousands(int64(heldNow)), restSettle), mb(rssRest), "≤ 150 MB", passMiss(verdicts[3])},
 			{"… RSS 2 s after the consumers caught up", mb(rss), "", ""},
@@ -548,7 +553,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		"Simulation: generate(seed 14, 100) in tools/bench/escalation_gen.go: "+strings.Join(mixSummary(ops), ", ")+". Each operation is requested with its risk and confidence (heed.cmd.escalation.request), a held one waited for (heed.escalation.<id>.decided), an approved one reported (heed.cmd.escalation.outcome: success, failure for the share the kind fails). The simulated approver is a member of every tier, present on its presence subject, and answers every offer through heed.cmd.confirm.answer: approve, deny for the share of production deploys and critical operations it denies. The second pass replays the same operations after the learner caught up.",
 		"Escalations to people: requests routed escalate (offered to a tier). Auto: approved by a conditional rule or the matrix; cached: approved by the learned decision cache. Without learning, the first pass's cached ones would have gone to people too: that sum is the cut's baseline.",
 		"Inside the escalator: heed_escalation_decide_seconds from heed up --metrics-listen (one decide step, routing included, without the log), read before and after the paced load; the figure is the upper bound of the bucket holding the 99th percentile.",
-		fmt.Sprintf("End to end: %d requests/s for %s from generate(seed 15), each on its own schedule slot, request → reply of heed.cmd.escalation.request (the reply comes once every write the request called for is stored); the held ones stay held.", targetEscRate, escLatencyDuration),
+		fmt.Sprintf("End to end: %d requests/s for %s from generate(seed 15), each on its own schedule slot, request → reply of heed.cmd.escalation.request (the reply comes once every write the request called for is stored); the held ones stay held. After it the bench waits until every consumer of HEED_EVENTS has caught up: how long that takes is the backlog the load left, mostly the projections (index, escalations, stats, decisions), which fold behind the log when requests come faster than they can.", targetEscRate, escLatencyDuration),
 		"Held: risk 0.5 requests (tier 1) over 1,000 sessions, nobody answering; RSS of heed up (services and embedded nats-server) after the consumers caught up and 2 s, and at rest after 20 s (heed gives memory back after 12 s without work).",
 	)
 	for _, ok := range verdicts {
