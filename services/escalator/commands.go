@@ -59,6 +59,12 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		return e.finish(e.processFrom(ctx, id, cause, escalation.New(id)))
 	}
 	defer e.inflight.start(id)()
+	if e.routed.has(id) {
+		// A retry of a request this process routed (its caller timed out
+		// or asked again): read, not decided again, which could cost a
+		// presence ask (up to PresenceTimeout) before the guard told.
+		return e.existing(ctx, id, data, cause)
+	}
 	// A request naming its id is most often new too: it is decided as
 	// new and its events written in one batch, guarded by "no earlier
 	// event". Only when the log has the id already (a retry, or another
@@ -70,7 +76,14 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 	if !errors.Is(err, events.ErrStaleRead) {
 		return nil, err
 	}
-	st, err = e.load(ctx, id)
+	return e.existing(ctx, id, data, cause)
+}
+
+// existing answers a request whose id the log has already: the same
+// request (a retry) gets the escalation's state, finished if its writes
+// stopped short; other content under the id is a conflict.
+func (e *escalator) existing(ctx context.Context, id string, data events.EscalationRequestedData, cause Cause) (any, error) {
+	st, err := e.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,6 +316,60 @@ func TestUnreachableTierThenMemberApproves(t *testing.T) {
 	}
 	if err := command.Call(ctxT(t), s.nc, command.EscalationOutcome, command.ReportOutcome{ID: "e-u", Outcome: events.OutcomeFailure}, &out); events.CodeOf(err) != events.CodeConflict {
 		t.Errorf("second outcome: %v", err)
+	}
+}
+
+// A request asked again (its caller timed out, or retries) gets the same
+// answer from the log: it is not decided again, so its tier's members are
+// not asked for their presence again (a silent member costs the presence
+// timeout); other content under the same id is a conflict.
+func TestRetriedRequestIsReadNotDecidedAgain(t *testing.T) {
+	s := start(t, `tiers:
+  - name: tier1
+    members: [{id: "user:alice", channels: [slack]}]
+  - name: tier2
+    members: [{id: "user:bob", channels: [terminal]}]
+  - {name: top}
+`)
+	// alice's client hears presence requests and never answers; bob is there.
+	var askedAlice atomic.Int32
+	quiet, err := s.nc.Subscribe(events.PresenceSubject("user:alice"), func(*nats.Msg) { askedAlice.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = quiet.Unsubscribe() }()
+	present, err := s.nc.Subscribe(events.PresenceSubject("user:bob"), func(m *nats.Msg) {
+		b, _ := json.Marshal(events.PresenceReply{Identity: "user:bob", Channels: []string{"terminal"}})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = present.Unsubscribe() }()
+	req := command.RequestEscalation{ID: "e-retry", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}}
+	first := s.request(t, req)
+	if first.Offer == nil || first.Offer.Tier != "tier2" {
+		t.Fatalf("first reply %+v", first)
+	}
+	if n := askedAlice.Load(); n != 1 {
+		t.Fatalf("alice asked %d times for the first request, want 1", n)
+	}
+	again := s.request(t, req)
+	if again.Offer == nil || again.Offer.ConfirmID != first.Offer.ConfirmID || again.Status != first.Status {
+		t.Errorf("the retry's reply %+v, want the first's %+v", again, first)
+	}
+	if n := askedAlice.Load(); n != 1 {
+		t.Errorf("alice asked %d times after the retry, want 1: the retry was decided again", n)
+	}
+	evs := s.history(t, events.SubjectFilter("escalation", "e-retry"))
+	if n := count(evs, events.EscalationRequested); n != 1 {
+		t.Errorf("%d requested events, want 1", n)
+	}
+	other := req
+	other.Operation = "drop-database"
+	var r command.EscalationReply
+	if err := command.Call(ctxT(t), s.nc, command.EscalationRequest, other, &r); events.CodeOf(err) != events.CodeConflict {
+		t.Errorf("other content under the id: %v, want conflict", err)
 	}
 }
 
