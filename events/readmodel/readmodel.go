@@ -25,7 +25,7 @@ const (
 	StatsBucket       = "heed_stats"       // learner: failure statistics
 	DecisionsBucket   = "heed_decisions"   // learner: decision statistics per operation and scope
 	PatternsBucket    = "heed_patterns"    // learner: usage patterns of tool failures
-	EscalationsBucket = "heed_escalations" // escalator: escalations and each session's held requests
+	EscalationsBucket = "heed_escalations" // escalator: escalations and each session's count of held requests
 )
 
 // IndexConsumer is the indexer's durable consumer on the event stream: its
@@ -45,7 +45,7 @@ var buckets = []BucketInfo{
 	{events.BucketSpec{Name: FixesBucket, Description: "heed learned fixes: tool + error signature → fix, with confidence"}, "learner", "`<fix-id>` (`fix-` + 20 hex, see events.FixID)"},
 	{events.BucketSpec{Name: StatsBucket, Description: "heed failure statistics: totals, by type, per day and week, auto-fix rate"}, "learner", "`failures`; `escalations` (requested, routed, decided, escalated, avoided; see EscalationStatsKey)"},
 	{events.BucketSpec{Name: DecisionsBucket, Description: "heed decision cache per operation and scope"}, "learner", "`op.<operation>.<scope>` (skill steps, see DecisionKey), `op.<operation>.<environment>.<scope>` (escalations naming an environment, see EscalationDecisionKey); `req.<confirm-id>`, `run.<run-id>` and `esc.<esc-id>` hold the learner's working state"},
-	{events.BucketSpec{Name: EscalationsBucket, Description: "heed escalations: each request's summary and status, each session's held requests"}, "escalator", "`esc.<esc-id>` (see EscalationKey); `session.<token>` lists a session's held requests (see SessionKey, token = events.Token(session))"},
+	{events.BucketSpec{Name: EscalationsBucket, Description: "heed escalations: each request's summary and status, each session's count of held requests"}, "escalator", "`esc.<esc-id>` (see EscalationKey); `session.<token>` counts a session's held requests and the critical ones among them (see SessionKey, token = events.Token(session))"},
 	{events.BucketSpec{Name: ChangeSetsBucket, Description: "heed change sets: each set's items and decisions, each agent's recent decisions and counts per tool"}, "changesets", "`set.<set-id>` (see ChangeSetKey); `agent.<token>` an agent's recent decisions, `stats.<token>` its counts per tool (token = events.Token(agent))"},
 	{events.BucketSpec{Name: PatternsBucket, Description: "heed usage patterns: recurring failures by tool, error and call shape"}, "learner", "`<pattern-id>` (`pat-` + 20 hex); `tool.<tool>` lists a tool's patterns; `call.<run-id>` holds the shapes of a run's calls until their results (removed with the last result, or when the run ends)"},
 }

@@ -2,14 +2,13 @@ package escalator
 
 import (
 	"context"
-	"slices"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 )
 
 // Projection keeps heed_escalations: each escalation's summary and each
-// session's held requests. OnSummary, when set, sees every summary it
+// session's count of held requests. OnSummary, when set, sees every summary it
 // writes (the escalator's held index); replay leaves it nil.
 type Projection struct {
 	OnSummary func(readmodel.Escalation)
@@ -19,7 +18,7 @@ func (*Projection) Name() string      { return "escalations" }
 func (*Projection) Bucket() string    { return readmodel.EscalationsBucket }
 func (*Projection) Filters() []string { return []string{"heed.escalation.>"} }
 
-// Apply folds one escalation event into its summary and its session's list.
+// Apply folds one escalation event into its summary and its session's count.
 func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
 	var e readmodel.Escalation
 	key := readmodel.EscalationKey(ev.Subject())
@@ -92,12 +91,13 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	default:
 		return nil
 	}
-	// The session's list first, the summary last: a redelivery after a
+	// The session's count first, the summary last: a redelivery after a
 	// crash between the two finds the summary as it was and makes both
-	// writes again (the list skips what it has). The other way round, the
-	// redelivery would find the request decided already, leave the list
-	// alone and keep the session holding a request that is over.
-	if err := p.session(ctx, s, e, wasHeld, before); err != nil {
+	// writes again (the count's is skipped: its key has this event's
+	// sequence). The other way round, the redelivery would find the
+	// request decided already, leave the count alone and keep the session
+	// holding a request that is over.
+	if err := p.session(ctx, s, ev.ID(), e, wasHeld, before); err != nil {
 		return err
 	}
 	if err := s.Put(ctx, key, e); err != nil {
@@ -109,38 +109,63 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	return nil
 }
 
-// session keeps the session's list of held requests in step. The list
-// is written before the summary, so the summary as it was (before) says
-// what the list holds of this request: a request held before and after
-// with the same risk and criticality (an offer, an escalation, a route
-// that keeps the request's own risk) leaves the list as it is, unread.
-// A session's list is the longest value the projection writes; most
-// events of a held request do not change it.
-func (p *Projection) session(ctx context.Context, s events.Store, e readmodel.Escalation, wasHeld bool, before readmodel.Escalation) error {
+// session keeps the session's count of held requests in step. It is
+// written before the summary, so the summary as it was (before) says
+// whether this request is counted: a request held before and after with
+// the same criticality (an offer, an escalation, a route) leaves the count
+// as it is, unread. A redelivered event finds its own id as the count's
+// last change and changes nothing (a count written and then deleted by a
+// second application would lose a request), or, for a request that left a
+// session's last held one, the key gone: never below zero.
+func (p *Projection) session(ctx context.Context, s events.Store, eventID string, e readmodel.Escalation, wasHeld bool, before readmodel.Escalation) error {
 	held := e.Status == events.EscalationHeld
 	if !held && !wasHeld {
 		return nil
 	}
-	if held && wasHeld && before.Risk == e.Risk && before.Critical == e.Critical && before.Session == e.Session {
-		return nil
+	if wasHeld && before.Session != e.Session {
+		// A summary's session does not change; were it to, the old
+		// session stops counting the request first.
+		if err := p.count(ctx, s, eventID, before.Session, -1, -critical(before)); err != nil {
+			return err
+		}
+		wasHeld = false
 	}
-	key := readmodel.SessionKey(e.Session)
+	switch {
+	case held && wasHeld:
+		if d := critical(e) - critical(before); d != 0 {
+			return p.count(ctx, s, eventID, e.Session, 0, d)
+		}
+		return nil
+	case held:
+		return p.count(ctx, s, eventID, e.Session, 1, critical(e))
+	default:
+		return p.count(ctx, s, eventID, e.Session, -1, -critical(before))
+	}
+}
+
+// count adds to a session's count of held requests and of critical ones.
+func (p *Projection) count(ctx context.Context, s events.Store, eventID, session string, held, crit int) error {
+	key := readmodel.SessionKey(session)
 	var se readmodel.SessionEscalations
 	if _, err := s.Get(ctx, key, &se); err != nil {
 		return err
 	}
-	se.Session = e.Session
-	i := slices.IndexFunc(se.Held, func(h readmodel.HeldRef) bool { return h.ID == e.ID })
-	switch {
-	case held && i >= 0:
-		se.Held[i] = readmodel.HeldRef{ID: e.ID, Risk: e.Risk, Critical: e.Critical}
-	case held:
-		se.Held = append(se.Held, readmodel.HeldRef{ID: e.ID, Risk: e.Risk, Critical: e.Critical})
-	case i >= 0:
-		se.Held = slices.Delete(se.Held, i, i+1)
+	if se.Last == eventID {
+		return nil // this event changed it already (a redelivery)
 	}
-	if len(se.Held) == 0 {
+	se = se.Counted()
+	se.Session, se.Last = session, eventID
+	se.Count, se.Critical = max(se.Count+held, 0), max(se.Critical+crit, 0)
+	if se.Count == 0 {
 		return s.Delete(ctx, key)
 	}
+	se.Critical = min(se.Critical, se.Count)
 	return s.Put(ctx, key, se)
+}
+
+func critical(e readmodel.Escalation) int {
+	if e.Critical {
+		return 1
+	}
+	return 0
 }
