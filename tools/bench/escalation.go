@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	heedclient "github.com/heedhq/heed/client"
@@ -282,6 +283,7 @@ func histP99(before, after map[float64]float64) (time.Duration, float64) {
 // by the route each request took.
 func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, map[string][]time.Duration, error) {
 	n := int(float64(rate) * d.Seconds())
+	window := pacedWindows.Add(1) - 1 // ids of one run's windows differ
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
 	sent := make([]time.Time, n)
@@ -302,7 +304,7 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 			defer cancel()
 			t0 := time.Now()
 			sent[i] = t0
-			rep, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("lat-%05d", i), EscalationRequestedData: events.EscalationRequestedData{
+			rep, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: pacedID(window, i), EscalationRequestedData: events.EscalationRequestedData{
 				Session: op.session, Operation: op.operation, Scope: op.scope, Environment: op.env, Risk: &risk, Confidence: &conf, Requester: "bench/" + op.session,
 			}})
 			lat[i] = time.Since(t0)
@@ -484,6 +486,22 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// More windows (-esc-windows): the same load again and again, held
+	// requests piling up in the same eight sessions.
+	for w := 1; w <= env.cfg.escWindows; w++ {
+		if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
+			return nil, err
+		}
+		l, _, err := pacedRequests(ctx, c, targetEscRate, 4*time.Second, generate(genSeed+1+uint64(w), 1000), "")
+		if err != nil {
+			return nil, err
+		}
+		cu, _, err := settle(ctx, nc, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		env.logf("escalation: window %d: request → reply p50 %s p99 %s; consumers caught up in %s", w, micros(percentile(l, 50)), micros(percentile(l, 99)), cu.Round(10*time.Millisecond))
+	}
 	after, err := decideHistogram(ctx, metricsAddr)
 	if err != nil {
 		return nil, err
@@ -594,4 +612,15 @@ func routeFigures(byRoute map[string][]time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%s %d: %s / %s", r, len(l), micros(percentile(l, 50)), micros(percentile(l, 99))))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// pacedWindows counts the paced loads of this process: each names its
+// requests apart (the first as before, lat-NNNNN).
+var pacedWindows atomic.Int64
+
+func pacedID(window int64, i int) string {
+	if window == 0 {
+		return fmt.Sprintf("lat-%05d", i)
+	}
+	return fmt.Sprintf("lat%d-%05d", window, i)
 }

@@ -67,6 +67,7 @@ type config struct {
 	heedBin             string
 	upPprof             string
 	upArgs              string
+	escWindows          int
 	tripsOut            string
 	approvalURL         string
 	upHeap              string
@@ -97,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
 	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held, at rest, to this file (needs -up-pprof)")
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
+	fs.IntVar(&c.escWindows, "esc-windows", 0, "escalation section: after the paced load, this many more paced windows (4 s at the same rate, each once the consumers caught up), printed one by one: whether a request costs the same as escalations and held requests accumulate")
 	fs.StringVar(&c.tripsOut, "trips-out", "", "approval section: write every measured round trip to this file (CSV: when sent, and its hops in µs), to line slow ones up with heed up's GODEBUG=gctrace=1 or a trace; the escalation section writes its paced requests to FILE-escalation.csv")
 	fs.StringVar(&c.approvalURL, "approval-url", "", "approval section: measure the heed already running at this NATS URL (e.g. the 3-node cluster of deploy/cluster/local.sh, every service its own process) instead of starting heed up; no RSS figures")
 	fs.IntVar(&c.approvals, "approvals", 1000, "approval section: waiting runs opened, then answered by 50 callers")
