@@ -160,12 +160,28 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 // the configuration again, and an update racing another service's
 // consumer creation is a data race inside nats-server): unchanged streams
 // are left alone, so services provision concurrently.
+//
+// The duplicate window of an existing stream is the operator's: heed's is
+// the default a new stream gets, and one set with `nats stream edit
+// --dupe-window` stays (the server keeps every id of the window in
+// memory, so a high event rate wants a shorter one; docs/OPERATIONS.md).
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	return WhileUnavailable(ctx, func() error {
 		_, err := js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			_, err = js.UpdateStream(ctx, cfg)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
 		}
+		s, err := js.Stream(ctx, cfg.Name)
+		if err != nil {
+			return err
+		}
+		if d := s.CachedInfo().Config.Duplicates; d > 0 && d != cfg.Duplicates {
+			cfg.Duplicates = d
+			if _, err := js.CreateStream(ctx, cfg); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return err // nil: the rest is as heed wants it
+			}
+		}
+		_, err = js.UpdateStream(ctx, cfg)
 		return err
 	})
 }

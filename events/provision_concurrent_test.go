@@ -63,9 +63,9 @@ func TestProvisionLeavesUnchangedAlone(t *testing.T) {
 	provisionAll(topo)
 	provisionAll(topo)
 
-	// A real change: the event stream's duplicate window.
+	// A real change: the event stream's age limit.
 	changed := topo
-	changed.Events.Duplicates = 5 * time.Minute
+	changed.Events.MaxAge = 10 * 365 * 24 * time.Hour
 	provisionAll(changed)
 	// Advisories arrive in order: once the change's has come, any update
 	// before it would have come too.
@@ -94,12 +94,47 @@ func TestProvisionLeavesUnchangedAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Config.Duplicates != 5*time.Minute || info.State.Msgs != 1 {
-		t.Fatalf("after the change: duplicates %v, %d messages; want 5m0s, 1", info.Config.Duplicates, info.State.Msgs)
+	if info.Config.MaxAge != changed.Events.MaxAge || info.State.Msgs != 1 {
+		t.Fatalf("after the change: max age %v, %d messages; want %v, 1", info.Config.MaxAge, info.State.Msgs, changed.Events.MaxAge)
 	}
 	for _, b := range topo.Buckets {
 		if _, err := bus.JetStream().KeyValue(ctx, b.Name); err != nil {
 			t.Fatalf("bucket %s: %v", b.Name, err)
 		}
+	}
+}
+
+// The duplicate window of an existing stream is the operator's (nats stream
+// edit --dupe-window): provisioning leaves it as it is, applies the rest,
+// and gives a new stream heed's.
+func TestProvisionKeepsTheOperatorsDuplicateWindow(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := testCtx(t)
+	js := env.Bus(t).JetStream()
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.CachedInfo().Config.Duplicates; d != events.DefaultTopology().Events.Duplicates {
+		t.Fatalf("a new stream's window is %v, want heed's %v", d, events.DefaultTopology().Events.Duplicates)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Duplicates = 2 * time.Minute
+	cfg.Description = "edited by hand"
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Provision(ctx, js, events.DefaultTopology()); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Duplicates != 2*time.Minute {
+		t.Errorf("provisioning set the window back to %v", info.Config.Duplicates)
+	}
+	if info.Config.Description == "edited by hand" {
+		t.Error("provisioning left the rest of an edited configuration as it was")
 	}
 }

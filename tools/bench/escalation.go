@@ -492,7 +492,11 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
 			return nil, err
 		}
-		l, _, err := pacedRequests(ctx, c, targetEscRate, 4*time.Second, generate(genSeed+1+uint64(w), 1000), "")
+		out := escTripsOut(env.cfg.tripsOut)
+		if out != "" {
+			out = strings.TrimSuffix(out, ".csv") + fmt.Sprintf("-w%d.csv", w)
+		}
+		l, _, err := pacedRequests(ctx, c, targetEscRate, 4*time.Second, generate(genSeed+1+uint64(w), 1000), out)
 		if err != nil {
 			return nil, err
 		}
