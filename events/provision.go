@@ -175,7 +175,11 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		if err != nil {
 			return err
 		}
-		if d := s.CachedInfo().Config.Duplicates; d > 0 && d != cfg.Duplicates {
+		d := s.CachedInfo().Config.Duplicates
+		if cfg.MaxAge > 0 {
+			d = min(d, cfg.MaxAge) // the server refuses a window longer than the age limit
+		}
+		if d > 0 && d != cfg.Duplicates {
 			cfg.Duplicates = d
 			if _, err := js.CreateStream(ctx, cfg); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return err // nil: the rest is as heed wants it

@@ -138,3 +138,34 @@ func TestProvisionKeepsTheOperatorsDuplicateWindow(t *testing.T) {
 		t.Error("provisioning left the rest of an edited configuration as it was")
 	}
 }
+
+// A window kept from an existing stream never exceeds the age limit heed
+// gives the stream (the server refuses such a configuration, and every
+// service's start would fail on it).
+func TestProvisionKeptWindowFitsTheAgeLimit(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := testCtx(t)
+	js := env.Bus(t).JetStream()
+	s, err := js.Stream(ctx, events.DLQStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxAge, cfg.Duplicates = 90*24*time.Hour, 60*24*time.Hour
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := events.Provision(pctx, js, events.DefaultTopology()); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := events.DefaultTopology().DLQ.MaxAge
+	if info.Config.MaxAge != want || info.Config.Duplicates != want {
+		t.Errorf("max age %v, window %v; want both %v", info.Config.MaxAge, info.Config.Duplicates, want)
+	}
+}

@@ -93,8 +93,8 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	}
 	// The session's count first, the summary last: a redelivery after a
 	// crash between the two finds the summary as it was and makes both
-	// writes again (the count's is skipped: its key has this event's
-	// sequence). The other way round, the redelivery would find the
+	// writes again (the count's changes nothing: its last change is this
+	// event's id). The other way round, the redelivery would find the
 	// request decided already, leave the count alone and keep the session
 	// holding a request that is over.
 	if err := p.session(ctx, s, ev.ID(), e, wasHeld, before); err != nil {
@@ -155,6 +155,10 @@ func (p *Projection) count(ctx context.Context, s events.Store, eventID, session
 	}
 	se = se.Counted()
 	se.Session, se.Last = session, eventID
+	// Never below zero: a redelivered departure whose first application
+	// deleted the session's last count finds no key. (A crash across the
+	// upgrade from the list, between the list's write and the summary's,
+	// can also leave a count one off; `heed replay --apply` mends it.)
 	se.Count, se.Critical = max(se.Count+held, 0), max(se.Critical+crit, 0)
 	if se.Count == 0 {
 		return s.Delete(ctx, key)

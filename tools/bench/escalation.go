@@ -486,12 +486,24 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	after, err := decideHistogram(ctx, metricsAddr)
+	if err != nil {
+		return nil, err
+	}
+	decideP99, decided := histP99(before, after)
+	env.logf("escalation: decide p99 %s (%.0f steps), request → reply p50 %s p99 %s", bucketBound(decideP99), decided, micros(percentile(lat, 50)), micros(percentile(lat, 99)))
+	// How long the consumers take to catch up after the paced load says
+	// how far behind it left them (mostly the projections).
+	caughtUp, _, err := settle(ctx, nc, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	env.logf("escalation: after the paced load: consumers caught up in %s", caughtUp.Round(10*time.Millisecond))
+
 	// More windows (-esc-windows): the same load again and again, held
-	// requests piling up in the same eight sessions.
+	// requests piling up in the same eight sessions. Printed only; the
+	// table's figures are the first load's.
 	for w := 1; w <= env.cfg.escWindows; w++ {
-		if _, _, err := settle(ctx, nc, 2*time.Minute); err != nil {
-			return nil, err
-		}
 		out := escTripsOut(env.cfg.tripsOut)
 		if out != "" {
 			out = strings.TrimSuffix(out, ".csv") + fmt.Sprintf("-w%d.csv", w)
@@ -506,21 +518,8 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		}
 		env.logf("escalation: window %d: request → reply p50 %s p99 %s; consumers caught up in %s", w, micros(percentile(l, 50)), micros(percentile(l, 99)), cu.Round(10*time.Millisecond))
 	}
-	after, err := decideHistogram(ctx, metricsAddr)
-	if err != nil {
-		return nil, err
-	}
-	decideP99, decided := histP99(before, after)
-	env.logf("escalation: decide p99 %s (%.0f steps), request → reply p50 %s p99 %s", bucketBound(decideP99), decided, micros(percentile(lat, 50)), micros(percentile(lat, 99)))
 
-	// 10,000 held. How long the consumers take to catch up after the
-	// paced load says how far behind it left them (the projectors fold
-	// behind the critical path, events/projyield.go).
-	caughtUp, _, err := settle(ctx, nc, 2*time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	env.logf("escalation: after the paced load: consumers caught up in %s", caughtUp.Round(10*time.Millisecond))
+	// 10,000 held.
 	pend := env.cfg.pending
 	env.logf("escalation: holding %d requests", pend)
 	t0 := time.Now()
