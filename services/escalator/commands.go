@@ -59,11 +59,17 @@ func (e *escalator) request(ctx context.Context, req *command.RequestEscalation)
 		return e.finish(e.processFrom(ctx, id, cause, escalation.New(id)))
 	}
 	defer e.inflight.start(id)()
-	if e.routed.has(id) {
+	if got, ok := e.routed.get(id); ok {
 		// A retry of a request this process routed (its caller timed out
 		// or asked again): read, not decided again, which could cost a
-		// presence ask (up to PresenceTimeout) before the guard told.
-		return e.existing(ctx, id, data, cause)
+		// presence ask (up to PresenceTimeout) before the guard told. At
+		// least as far as it got here: a direct get on a replicated stream
+		// may be answered by a replica behind the log.
+		st, err := readAtLeast(ctx, got, func() (*command.EscalationState, error) { return e.load(ctx, id) })
+		if err != nil {
+			return nil, err
+		}
+		return e.existingFrom(ctx, id, data, cause, st)
 	}
 	// A request naming its id is most often new too: it is decided as
 	// new and its events written in one batch, guarded by "no earlier
@@ -87,6 +93,11 @@ func (e *escalator) existing(ctx context.Context, id string, data events.Escalat
 	if err != nil {
 		return nil, err
 	}
+	return e.existingFrom(ctx, id, data, cause, st)
+}
+
+// existingFrom is existing with the escalation read.
+func (e *escalator) existingFrom(ctx context.Context, id string, data events.EscalationRequestedData, cause Cause, st *command.EscalationState) (any, error) {
 	if st.Status != "" && !reflect.DeepEqual(canonical(st.Request), canonical(data)) {
 		return nil, events.Errorf(events.CodeConflict, "escalation %s exists with other content (session %s, operation %s)", id, st.Request.Session, st.Request.Operation)
 	}
@@ -106,9 +117,40 @@ func (e *escalator) finish(st *command.EscalationState, err error) (any, error) 
 		return nil, err
 	}
 	if st.Routed != nil {
-		e.routed.add(st.ID)
+		e.routed.add(st.ID, progressOfState(st))
 	}
 	return reply(st), nil
+}
+
+// progressOfState is how far an escalation has got (progressOf), decided
+// past everything.
+func progressOfState(st *command.EscalationState) int {
+	if st.Decided != nil {
+		return 1 << 20
+	}
+	o := escalation.CurrentOffer(st)
+	return progressOf(st.Routed != nil, len(st.Escalations), o != nil && o.EscalationCount == len(st.Escalations))
+}
+
+// readAtLeastFor bounds how long readAtLeast reads again.
+const readAtLeastFor = time.Second
+
+// readAtLeast reads with load until the escalation has got at least to
+// progress (a read that comes from a replica behind the log is read
+// again), for up to readAtLeastFor; then it takes what it read.
+func readAtLeast(ctx context.Context, progress int, load func() (*command.EscalationState, error)) (*command.EscalationState, error) {
+	deadline := time.Now().Add(readAtLeastFor)
+	for {
+		st, err := load()
+		if err != nil || progressOfState(st) >= progress || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, nil
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
 }
 
 // canonical is a request as the log holds it (JSON round trip), so that a

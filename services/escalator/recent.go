@@ -5,27 +5,31 @@ import (
 	"sync"
 )
 
-// recentSet remembers the last max ids added (the oldest forgotten first).
+// recentSet remembers the last max ids added (the oldest forgotten first),
+// each with a number (the escalator's: how far the request had got).
 // It grows as ids come: a heed that never sees an escalation holds none.
 type recentSet struct {
 	mu   sync.Mutex
 	max  int
-	ids  map[string]struct{}
+	ids  map[string]int
 	ring []string
 	next int
 }
 
 func newRecentSet(max int) *recentSet {
-	return &recentSet{max: max, ids: map[string]struct{}{}}
+	return &recentSet{max: max, ids: map[string]int{}}
 }
 
-func (s *recentSet) add(id string) {
+// add remembers id with n (an id added again keeps its slot, with the
+// larger n).
+func (s *recentSet) add(id string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.ids[id]; ok {
+	if old, ok := s.ids[id]; ok {
+		s.ids[id] = max(old, n)
 		return
 	}
-	s.ids[id] = struct{}{}
+	s.ids[id] = n
 	if len(s.ring) < s.max {
 		s.ring = append(s.ring, id)
 		return
@@ -36,10 +40,15 @@ func (s *recentSet) add(id string) {
 }
 
 func (s *recentSet) has(id string) bool {
+	_, ok := s.get(id)
+	return ok
+}
+
+func (s *recentSet) get(id string) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.ids[id]
-	return ok
+	n, ok := s.ids[id]
+	return n, ok
 }
 
 // inflight is the requests the command is deciding in this process right
