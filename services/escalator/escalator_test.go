@@ -74,6 +74,23 @@ func ctxT(t *testing.T) context.Context {
 
 func ptr(v float64) *float64 { return &v }
 
+// present answers identity's presence requests (its client is there, on
+// channels) until the test ends.
+func (s *stack) present(t *testing.T, identity string, channels ...string) {
+	t.Helper()
+	sub, err := s.nc.Subscribe(events.PresenceSubject(identity), func(m *nats.Msg) {
+		b, _ := json.Marshal(events.PresenceReply{Identity: identity, Channels: channels})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (s *stack) request(t *testing.T, req command.RequestEscalation) command.EscalationReply {
 	t.Helper()
 	var out command.EscalationReply
@@ -267,14 +284,7 @@ func TestUnreachableTierThenMemberApproves(t *testing.T) {
   - {name: top}
 `)
 	// bob is present (his terminal answers presence requests); alice is not.
-	sub, err := s.nc.Subscribe(events.PresenceSubject("user:bob"), func(m *nats.Msg) {
-		b, _ := json.Marshal(events.PresenceReply{Identity: "user:bob", Channels: []string{"terminal"}})
-		_ = m.Respond(b)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	s.present(t, "user:bob", "terminal")
 	r := s.request(t, command.RequestEscalation{ID: "e-u", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
 	if r.Offer == nil || r.Offer.Tier != "tier2" || r.Offer.ConfirmID != "e-u-o1" {
 		t.Fatalf("reply %+v", r)
@@ -286,7 +296,7 @@ func TestUnreachableTierThenMemberApproves(t *testing.T) {
 	}
 	// alice may not answer tier2's offer; bob may.
 	var ans command.AnswerReply
-	err = command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-u-o1", Choice: "approve", By: "user:alice"}, &ans)
+	err := command.Call(ctxT(t), s.nc, command.ConfirmAnswer, command.AnswerConfirmation{ID: "e-u-o1", Choice: "approve", By: "user:alice"}, &ans)
 	if err == nil {
 		t.Errorf("alice's answer was taken: %+v", ans)
 	}
@@ -338,14 +348,7 @@ func TestRetriedRequestIsReadNotDecidedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = quiet.Unsubscribe() }()
-	present, err := s.nc.Subscribe(events.PresenceSubject("user:bob"), func(m *nats.Msg) {
-		b, _ := json.Marshal(events.PresenceReply{Identity: "user:bob", Channels: []string{"terminal"}})
-		_ = m.Respond(b)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = present.Unsubscribe() }()
+	s.present(t, "user:bob", "terminal")
 	req := command.RequestEscalation{ID: "e-retry", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}}
 	first := s.request(t, req)
 	if first.Offer == nil || first.Offer.Tier != "tier2" {
