@@ -201,7 +201,10 @@ type ChangeDecisionRecord struct {
 	Subject string         `json:"subject"`
 	Tool    string         `json:"tool"`
 	Args    map[string]any `json:"args,omitempty"`
-	Summary string         `json:"summary"`
+	// ArgsTruncated: the args were longer than the history keeps (2 KiB
+	// of JSON); Args is {"preview": "<the start of their JSON>…"}.
+	ArgsTruncated bool   `json:"args_truncated,omitempty"`
+	Summary       string `json:"summary"`
 	// Verdict is confirmed, rejected, deferred or expired (no decision).
 	Verdict string    `json:"verdict"`
 	Reason  string    `json:"reason,omitempty"`

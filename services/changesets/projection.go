@@ -2,11 +2,13 @@ package changesets
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/changeset"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Projection keeps heed_changesets: each set folded (set.<id>), each
@@ -110,7 +112,8 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 		}
 		c := stats.Tools[it.Tool]
 		if decided {
-			rec := command.ChangeDecisionRecord{Set: st.ID, Item: it.Item, Subject: st.Proposal.Subject, Tool: it.Tool, Args: it.Args, Summary: it.Summary,
+			args, cut := historyArgs(it.Args)
+			rec := command.ChangeDecisionRecord{Set: st.ID, Item: it.Item, Subject: st.Proposal.Subject, Tool: it.Tool, Args: args, ArgsTruncated: cut, Summary: it.Summary,
 				Verdict: it.Status, Reason: it.Reason, By: it.By, At: it.DecidedAt}
 			if it.Status == events.ItemExpired {
 				rec.At = st.ExpiredAt
@@ -161,6 +164,7 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 		statsChanged = true
 	}
 	if histChanged {
+		hist.Decisions = fitHistory(hist.Decisions)
 		if err := s.Put(ctx, hkey, hist); err != nil {
 			return err
 		}
@@ -169,4 +173,49 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 		return s.Put(ctx, skey, stats)
 	}
 	return nil
+}
+
+// An agent's history is one value, rewritten by each of its decisions,
+// and a bucket value is at most events.MaxValueSize (1 MiB): the newest
+// MaxAgentDecisions records with their items' args whole would pass it
+// with an agent whose items carry documents (200 items of 10 KB), and
+// from then on every write of the agent's history and counts failed and
+// its decisions went to the dead letters. So a record keeps an item's
+// args up to maxHistoryArgs bytes of JSON (above, a preview, and
+// ArgsTruncated; the set's own key keeps them whole), and the oldest
+// records go first while the history is above maxHistoryBytes.
+const (
+	maxHistoryArgs  = 2 << 10
+	maxHistoryBytes = 768 << 10
+)
+
+// historyArgs is a decided item's args as its agent's history keeps them.
+func historyArgs(args map[string]any) (map[string]any, bool) {
+	b, err := json.Marshal(args)
+	if err != nil || len(b) <= maxHistoryArgs {
+		return args, false
+	}
+	p, _ := textutil.Truncate(string(b), maxHistoryArgs)
+	return map[string]any{"preview": p}, true
+}
+
+// fitHistory drops the oldest records while the history's JSON is above
+// maxHistoryBytes (it keeps the newest, however large).
+func fitHistory(recs []command.ChangeDecisionRecord) []command.ChangeDecisionRecord {
+	sizes := make([]int, len(recs))
+	total := 0
+	for i := range recs {
+		b, _ := json.Marshal(recs[i])
+		sizes[i] = len(b) + 1
+		total += sizes[i]
+	}
+	drop := 0
+	for total > maxHistoryBytes && drop < len(recs)-1 {
+		total -= sizes[drop]
+		drop++
+	}
+	if drop == 0 {
+		return recs
+	}
+	return append([]command.ChangeDecisionRecord(nil), recs[drop:]...)
 }
