@@ -273,16 +273,20 @@ func TestTierTimeoutEscalates(t *testing.T) {
 	}
 }
 
-// A tier whose members are all absent escalates at once; a present member
-// approves and the decision names them.
-func TestUnreachableTierThenMemberApproves(t *testing.T) {
-	s := start(t, `tiers:
+// aliceThenBob: tier1 is alice on slack, tier2 bob at his terminal, then
+// the top tier.
+const aliceThenBob = `tiers:
   - name: tier1
     members: [{id: "user:alice", channels: [slack]}]
   - name: tier2
     members: [{id: "user:bob", channels: [terminal]}]
   - {name: top}
-`)
+`
+
+// A tier whose members are all absent escalates at once; a present member
+// approves and the decision names them.
+func TestUnreachableTierThenMemberApproves(t *testing.T) {
+	s := start(t, aliceThenBob)
 	// bob is present (his terminal answers presence requests); alice is not.
 	s.present(t, "user:bob", "terminal")
 	r := s.request(t, command.RequestEscalation{ID: "e-u", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Risk: ptr(0.6), Confidence: ptr(0.8)}})
@@ -334,13 +338,7 @@ func TestUnreachableTierThenMemberApproves(t *testing.T) {
 // not asked for their presence again (a silent member costs the presence
 // timeout); other content under the same id is a conflict.
 func TestRetriedRequestIsReadNotDecidedAgain(t *testing.T) {
-	s := start(t, `tiers:
-  - name: tier1
-    members: [{id: "user:alice", channels: [slack]}]
-  - name: tier2
-    members: [{id: "user:bob", channels: [terminal]}]
-  - {name: top}
-`)
+	s := start(t, aliceThenBob)
 	// alice's client hears presence requests and never answers; bob is there.
 	var askedAlice atomic.Int32
 	quiet, err := s.nc.Subscribe(events.PresenceSubject("user:alice"), func(*nats.Msg) { askedAlice.Add(1) })
