@@ -202,7 +202,8 @@ type ChangeDecisionRecord struct {
 	Tool    string         `json:"tool"`
 	Args    map[string]any `json:"args,omitempty"`
 	// ArgsTruncated: the args were longer than the history keeps (2 KiB
-	// of JSON); Args is {"preview": "<the start of their JSON>…"}.
+	// of JSON); their long values are cut to their start (or, with too
+	// many keys, Args is {"preview": "<the start of their JSON>…"}).
 	ArgsTruncated bool   `json:"args_truncated,omitempty"`
 	Summary       string `json:"summary"`
 	// Verdict is confirmed, rejected, deferred or expired (no decision).

@@ -54,9 +54,13 @@ func TestHistoryOfLargeItemsStaysWritable(t *testing.T) {
 		t.Fatalf("history: %d decisions and %d omitted, want %d", len(h.Decisions), h.Omitted, n)
 	}
 	for _, d := range h.Decisions {
-		p, _ := d.Args["preview"].(string)
-		if !d.ArgsTruncated || !strings.HasPrefix(p, `{"body":"xxx`) || len(p) > 2<<10+8 {
-			t.Fatalf("a decision of a large item: truncated %v, args %.80v", d.ArgsTruncated, d.Args)
+		body, _ := d.Args["body"].(string)
+		if !d.ArgsTruncated || d.Args["title"] == nil || !strings.HasPrefix(body, "xxx") || len(body) > 200+8 {
+			t.Fatalf("a decision of a large item: truncated %v, args %.120v", d.ArgsTruncated, d.Args)
 		}
+	}
+	// What the agent reads: the title it proposed, the document's start.
+	if !strings.Contains(h.Text, `set_task_title(body="xxx`) || !strings.Contains(h.Text, `title="11"`) {
+		t.Errorf("history text: %.400q", h.Text)
 	}
 }

@@ -164,8 +164,11 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 		statsChanged = true
 	}
 	if histChanged {
-		hist.Decisions = fitHistory(hist.Decisions)
-		if err := s.Put(ctx, hkey, hist); err != nil {
+		b, err := historyJSON(hist)
+		if err != nil {
+			return err
+		}
+		if err := s.Put(ctx, hkey, b); err != nil {
 			return err
 		}
 	}
@@ -181,11 +184,15 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 // with an agent whose items carry documents (200 items of 10 KB), and
 // from then on every write of the agent's history and counts failed and
 // its decisions went to the dead letters. So a record keeps an item's
-// args up to maxHistoryArgs bytes of JSON (above, a preview, and
-// ArgsTruncated; the set's own key keeps them whole), and the oldest
-// records go first while the history is above maxHistoryBytes.
+// args up to maxHistoryArgs bytes of JSON: above, each value longer than
+// maxHistoryValue becomes the start of its text (the keys and the short
+// values stay, which is what the history's lines show), or, with too many
+// keys for that, the whole becomes {"preview": ...}; ArgsTruncated says
+// so, and the set's own key keeps the args whole. The oldest records go
+// first while the history is above maxHistoryBytes.
 const (
 	maxHistoryArgs  = 2 << 10
+	maxHistoryValue = 200
 	maxHistoryBytes = 768 << 10
 )
 
@@ -195,8 +202,35 @@ func historyArgs(args map[string]any) (map[string]any, bool) {
 	if err != nil || len(b) <= maxHistoryArgs {
 		return args, false
 	}
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		vb, _ := json.Marshal(v)
+		if len(vb) <= maxHistoryValue {
+			out[k] = v
+			continue
+		}
+		text, ok := v.(string)
+		if !ok {
+			text = string(vb)
+		}
+		out[k], _ = textutil.Truncate(text, maxHistoryValue)
+	}
+	if b, err := json.Marshal(out); err == nil && len(b) <= maxHistoryArgs {
+		return out, true
+	}
 	p, _ := textutil.Truncate(string(b), maxHistoryArgs)
 	return map[string]any{"preview": p}, true
+}
+
+// historyJSON is the history as it is written: encoded once, and again
+// only when its oldest records must go (fitHistory).
+func historyJSON(h readmodel.AgentDecisions) (json.RawMessage, error) {
+	b, err := json.Marshal(h)
+	if err != nil || len(b) <= maxHistoryBytes {
+		return b, err
+	}
+	h.Decisions = fitHistory(h.Decisions)
+	return json.Marshal(h)
 }
 
 // fitHistory drops the oldest records while the history's JSON is above
