@@ -11,6 +11,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestProvisionLeavesUnchangedAlone provisions the same topology from
@@ -104,54 +105,23 @@ func TestProvisionLeavesUnchangedAlone(t *testing.T) {
 	}
 }
 
-// The duplicate window of an existing stream is the operator's (nats stream
-// edit --dupe-window): provisioning leaves it as it is, applies the rest,
-// and gives a new stream heed's.
-func TestProvisionKeepsTheOperatorsDuplicateWindow(t *testing.T) {
+// editThenProvision starts a server, lets edit change stream's
+// configuration as an operator would (nats stream edit), provisions
+// heed's topology again (at most 10 s: a configuration the server refuses
+// is retried until then) and returns the stream's configuration before
+// the edit and after the provisioning.
+func editThenProvision(t *testing.T, stream string, edit func(*jetstream.StreamConfig)) (before, after jetstream.StreamConfig) {
+	t.Helper()
 	env := eventstest.Start(t)
 	ctx := testCtx(t)
 	js := env.Bus(t).JetStream()
-	s, err := js.Stream(ctx, events.EventStream)
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := s.CachedInfo().Config.Duplicates; d != events.DefaultTopology().Events.Duplicates {
-		t.Fatalf("a new stream's window is %v, want heed's %v", d, events.DefaultTopology().Events.Duplicates)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Duplicates = 2 * time.Minute
-	cfg.Description = "edited by hand"
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := events.Provision(ctx, js, events.DefaultTopology()); err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Config.Duplicates != 2*time.Minute {
-		t.Errorf("provisioning set the window back to %v", info.Config.Duplicates)
-	}
-	if info.Config.Description == "edited by hand" {
-		t.Error("provisioning left the rest of an edited configuration as it was")
-	}
-}
-
-// A window kept from an existing stream never exceeds the age limit heed
-// gives the stream (the server refuses such a configuration, and every
-// service's start would fail on it).
-func TestProvisionKeptWindowFitsTheAgeLimit(t *testing.T) {
-	env := eventstest.Start(t)
-	ctx := testCtx(t)
-	js := env.Bus(t).JetStream()
-	s, err := js.Stream(ctx, events.DLQStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxAge, cfg.Duplicates = 90*24*time.Hour, 60*24*time.Hour
+	before = s.CachedInfo().Config
+	cfg := before
+	edit(&cfg)
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +134,37 @@ func TestProvisionKeptWindowFitsTheAgeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return before, info.Config
+}
+
+// The duplicate window of an existing stream is the operator's (nats stream
+// edit --dupe-window): provisioning leaves it as it is, applies the rest,
+// and gives a new stream heed's.
+func TestProvisionKeepsTheOperatorsDuplicateWindow(t *testing.T) {
+	before, after := editThenProvision(t, events.EventStream, func(c *jetstream.StreamConfig) {
+		c.Duplicates = 2 * time.Minute
+		c.Description = "edited by hand"
+	})
+	if d := before.Duplicates; d != events.DefaultTopology().Events.Duplicates {
+		t.Fatalf("a new stream's window is %v, want heed's %v", d, events.DefaultTopology().Events.Duplicates)
+	}
+	if after.Duplicates != 2*time.Minute {
+		t.Errorf("provisioning set the window back to %v", after.Duplicates)
+	}
+	if after.Description == "edited by hand" {
+		t.Error("provisioning left the rest of an edited configuration as it was")
+	}
+}
+
+// A window kept from an existing stream never exceeds the age limit heed
+// gives the stream (the server refuses such a configuration, and every
+// service's start would fail on it).
+func TestProvisionKeptWindowFitsTheAgeLimit(t *testing.T) {
+	_, after := editThenProvision(t, events.DLQStream, func(c *jetstream.StreamConfig) {
+		c.MaxAge, c.Duplicates = 90*24*time.Hour, 60*24*time.Hour
+	})
 	want := events.DefaultTopology().DLQ.MaxAge
-	if info.Config.MaxAge != want || info.Config.Duplicates != want {
-		t.Errorf("max age %v, window %v; want both %v", info.Config.MaxAge, info.Config.Duplicates, want)
+	if after.MaxAge != want || after.Duplicates != want {
+		t.Errorf("max age %v, window %v; want both %v", after.MaxAge, after.Duplicates, want)
 	}
 }
