@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	heedclient "github.com/heedhq/heed/client"
@@ -281,9 +280,8 @@ func histP99(before, after map[float64]float64) (time.Duration, float64) {
 // pacedRequests sends rate requests/s for d, each on its own schedule
 // slot, and returns every request → reply latency, sorted, and the same
 // by the route each request took.
-func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, map[string][]time.Duration, error) {
+func pacedRequests(ctx context.Context, c *heedclient.Client, idPrefix string, rate int, d time.Duration, ops []genOp, tripsOut string) ([]time.Duration, map[string][]time.Duration, error) {
 	n := int(float64(rate) * d.Seconds())
-	window := pacedWindows.Add(1) - 1 // ids of one run's windows differ
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
 	sent := make([]time.Time, n)
@@ -304,7 +302,7 @@ func pacedRequests(ctx context.Context, c *heedclient.Client, rate int, d time.D
 			defer cancel()
 			t0 := time.Now()
 			sent[i] = t0
-			rep, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: pacedID(window, i), EscalationRequestedData: events.EscalationRequestedData{
+			rep, err := c.RequestEscalation(cctx, command.RequestEscalation{ID: fmt.Sprintf("%s-%05d", idPrefix, i), EscalationRequestedData: events.EscalationRequestedData{
 				Session: op.session, Operation: op.operation, Scope: op.scope, Environment: op.env, Risk: &risk, Confidence: &conf, Requester: "bench/" + op.session,
 			}})
 			lat[i] = time.Since(t0)
@@ -482,7 +480,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		return nil, err
 	}
 	env.logf("escalation: %d requests/s for %s", targetEscRate, escLatencyDuration)
-	lat, byRoute, err := pacedRequests(ctx, c, targetEscRate, escLatencyDuration, generate(genSeed+1, 1000), escTripsOut(env.cfg.tripsOut))
+	lat, byRoute, err := pacedRequests(ctx, c, "lat", targetEscRate, escLatencyDuration, generate(genSeed+1, 1000), escTripsOut(env.cfg.tripsOut))
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +506,7 @@ func runEscalation(ctx context.Context, env *benchEnv) (*result, error) {
 		if out != "" {
 			out = strings.TrimSuffix(out, ".csv") + fmt.Sprintf("-w%d.csv", w)
 		}
-		l, _, err := pacedRequests(ctx, c, targetEscRate, 4*time.Second, generate(genSeed+1+uint64(w), 1000), out)
+		l, _, err := pacedRequests(ctx, c, fmt.Sprintf("lat%d", w), targetEscRate, 4*time.Second, generate(genSeed+1+uint64(w), 1000), out)
 		if err != nil {
 			return nil, err
 		}
@@ -615,15 +613,4 @@ func routeFigures(byRoute map[string][]time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%s %d: %s / %s", r, len(l), micros(percentile(l, 50)), micros(percentile(l, 99))))
 	}
 	return strings.Join(parts, "; ")
-}
-
-// pacedWindows counts the paced loads of this process: each names its
-// requests apart (the first as before, lat-NNNNN).
-var pacedWindows atomic.Int64
-
-func pacedID(window int64, i int) string {
-	if window == 0 {
-		return fmt.Sprintf("lat-%05d", i)
-	}
-	return fmt.Sprintf("lat%d-%05d", window, i)
 }
