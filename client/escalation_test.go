@@ -13,7 +13,12 @@ func TestWaitEscalation(t *testing.T) {
 	c, bus, ctx := setup(t)
 	publish(t, ctx, bus, events.EscalationRequested, "e1", "e1/requested", events.EscalationRequestedData{Session: "agent/s", Operation: "deploy", Requester: "agent/s"})
 	publish(t, ctx, bus, events.EscalationRouted, "e1", "e1/routed", events.EscalationRoutedData{Decision: events.RouteEscalate, Risk: 0.6, RiskSource: events.RiskFromRequest, Confidence: 0.8, Reason: "MEDIUM RISK", Tier: "tier1", Priority: 8})
+	// The publish's ack can reach this goroutine after the wait has seen the
+	// event and returned: the test waits for it before its cleanup closes
+	// the connection.
+	published := make(chan struct{})
 	go func() {
+		defer close(published)
 		time.Sleep(50 * time.Millisecond) // decided after the wait began
 		ev, err := events.NewEvent(events.EscalationDecided, "e1", "e1/decided", "test", events.EscalationDecidedData{Decision: events.EscalationApproved, Method: events.MethodUser, By: "user:alice", Operation: "deploy", HeldMS: 50})
 		if err == nil {
@@ -24,6 +29,7 @@ func TestWaitEscalation(t *testing.T) {
 		}
 	}()
 	st, err := c.WaitEscalation(ctx, "e1")
+	<-published
 	if err != nil {
 		t.Fatal(err)
 	}
