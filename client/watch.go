@@ -349,6 +349,28 @@ func (c *Client) WaitChangeSet(ctx context.Context, id string, done func(*comman
 	return st, err
 }
 
+// WatchChangeSet calls fn with the set's state as the log holds it: once
+// with what is stored now (if the set was proposed), then after every
+// change, until fn returns an error or ctx ends. fn's state is its own.
+// A view that redraws on what it hears published and reads the set again
+// can miss the last change: a message reaches subscribers before the
+// stream has stored it, and nothing comes after the last one.
+func (c *Client) WatchChangeSet(ctx context.Context, id string, fn func(*command.ChangeSetState) error) error {
+	if !events.ValidID(id) {
+		return events.Errorf(events.CodeInvalidRequest, "%q is not a valid change set id", id)
+	}
+	st := changeset.New(id)
+	return c.followHistory(ctx, events.SubjectFilter("changeset", id), 0, func(seq, later uint64, ev *events.Event) (bool, error) {
+		if _, err := changeset.Apply(st, ev, seq); err != nil {
+			return false, err
+		}
+		if later > 0 || !changeset.Proposed(st) {
+			return false, nil // one call for what one read found
+		}
+		return false, fn(changeset.Clone(st))
+	})
+}
+
 // ChangeSetSettled says a set is done: expired, or resolved with every
 // confirmed item applied or failed.
 func ChangeSetSettled(st *command.ChangeSetState) bool {

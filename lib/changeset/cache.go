@@ -31,7 +31,7 @@ func (c *Cache) Get(id string) *command.ChangeSetState {
 	if !ok {
 		return nil
 	}
-	return clone(st)
+	return Clone(st)
 }
 
 // Put keeps a copy of st.
@@ -41,7 +41,7 @@ func (c *Cache) Put(st *command.ChangeSetState) {
 	if _, ok := c.sets[st.ID]; !ok {
 		c.order = append(c.order, st.ID)
 	}
-	c.sets[st.ID] = clone(st)
+	c.sets[st.ID] = Clone(st)
 	for len(c.sets) > c.max && len(c.order) > 0 {
 		delete(c.sets, c.order[0])
 		c.order = c.order[1:]
@@ -64,7 +64,10 @@ func (c *Cache) Drop(id string) {
 	c.mu.Unlock()
 }
 
-func clone(st *command.ChangeSetState) *command.ChangeSetState {
+// Clone copies a set's state so that folding more events into one leaves
+// the other as it was (Apply replaces an item's fields, never edits its
+// maps in place).
+func Clone(st *command.ChangeSetState) *command.ChangeSetState {
 	cp := *st
 	cp.Items = append([]command.ChangeItemState(nil), st.Items...)
 	return &cp

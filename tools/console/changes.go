@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/changeset"
-	"github.com/nats-io/nats.go"
 )
 
 // mayReview says whether a person may decide a set: anyone when it names
@@ -91,34 +91,45 @@ func (s *Server) changeSetEvents(w http.ResponseWriter, r *http.Request, sess *s
 		jsonError(w, http.StatusBadRequest, "not a change set id")
 		return
 	}
-	changed := make(chan *nats.Msg, 64)
-	sub, err := s.c.Conn().ChanSubscribe(events.SubjectFilter("changeset", id), changed)
-	if err != nil {
-		jsonError(w, http.StatusBadGateway, err.Error())
-		return
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	out, ok := startSSE(w)
 	if !ok {
 		return
 	}
-	send := func() error {
-		st, err := s.c.ChangeSet(r.Context(), id)
-		if err != nil {
-			return err
-		}
-		return out.send("card", map[string]string{"html": s.fragment("setdetail", viewOf(&st, sess.user.Identity))})
-	}
-	if send() != nil {
+	st, err := s.c.ChangeSet(r.Context(), id)
+	if err != nil {
 		return
 	}
-	pump(r.Context(), out, changed, func(_ *nats.Msg, _ bool) error {
-		// A burst (confirm all, results) is one redraw.
-		time.Sleep(30 * time.Millisecond)
-		for len(changed) > 0 {
-			<-changed
+	send := func(st *command.ChangeSetState) error {
+		return out.send("card", map[string]string{"html": s.fragment("setdetail", viewOf(st, sess.user.Identity))})
+	}
+	if send(&st) != nil {
+		return
+	}
+	// The set as the log stored it, after every change (a redraw on a
+	// published message could read the set before the store and miss the
+	// last change); the newest state waits in changed.
+	changed := make(chan *command.ChangeSetState, 1)
+	ctx, stop := context.WithCancel(r.Context())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = s.c.WatchChangeSet(ctx, id, func(now *command.ChangeSetState) error {
+			select {
+			case <-changed:
+			default:
+			}
+			changed <- now
+			return nil
+		})
+	}()
+	defer func() { stop(); <-watchDone }()
+	shown := st.Seq
+	pump(ctx, out, changed, func(now *command.ChangeSetState, _ bool) error {
+		if now.Seq <= shown {
+			return nil // what the first card showed
 		}
-		return send()
+		shown = now.Seq
+		return send(now)
 	})
 }
 

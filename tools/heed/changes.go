@@ -13,7 +13,6 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/changeset"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -480,13 +479,23 @@ func reviewSet(ctx context.Context, c *client, id, who string, in *os.File, out 
 	if err != nil {
 		return false, err
 	}
-	// Hear decisions and results from anywhere.
-	changed := make(chan *nats.Msg, 64)
-	sub, err := c.Conn().ChanSubscribe(events.SubjectFilter("changeset", id), changed)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	// Hear decisions and results from anywhere, as the log stored them:
+	// the newest state waits in changed.
+	changed := make(chan *command.ChangeSetState, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = c.WatchChangeSet(wctx, id, func(now *command.ChangeSetState) error {
+			select {
+			case <-changed: // superseded before it was drawn
+			default:
+			}
+			changed <- now
+			return nil
+		})
+	}()
+	defer func() { stopWatch(); <-watchDone }()
 
 	old, err := term.MakeRaw(int(in.Fd()))
 	if err != nil {
@@ -513,9 +522,16 @@ func reviewSet(ctx context.Context, c *client, id, who string, in *os.File, out 
 			fmt.Fprintln(w, status)
 		}
 	}
+	// A state replaces what is drawn only if it is as new: the watch and
+	// the command's read race.
+	take := func(now *command.ChangeSetState) {
+		if now.Seq >= st.Seq {
+			st = *now
+		}
+	}
 	reload := func() {
 		if now, err := c.ChangeSet(ctx, id); err == nil {
-			st = now
+			take(&now)
 		}
 	}
 	decide := func(items []int, all bool, verdict, reason string) {
@@ -573,8 +589,8 @@ func reviewSet(ctx context.Context, c *client, id, who string, in *os.File, out 
 		select {
 		case <-ctx.Done():
 			return false, nil
-		case <-changed:
-			reload()
+		case now := <-changed:
+			take(now)
 			draw()
 		case k, ok := <-keys:
 			if !ok {

@@ -12,7 +12,6 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/confirmation"
-	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
@@ -50,17 +49,21 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 	}
 	defer beReachable(ctx, c, identity, os.Stderr)()
 	req := st.Request
-	// Hear answers from elsewhere (another terminal, the web, the router).
-	// Every racing answer reaches this subscription, the refused ones too
-	// (each message only prompts a read of the log): a full channel drops
-	// messages, perhaps the one that won, and nats.go then writes "slow
-	// consumer" over the prompt.
-	answered := make(chan *nats.Msg, 256)
-	sub, err := c.Conn().ChanSubscribe(events.ConfirmAnswered.Subject(st.ID), answered)
-	if err != nil {
-		return promptResult{}, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	// Hear answers from elsewhere (another terminal, the web, the router)
+	// as the log stored them: only the answer that takes effect ends the
+	// prompt, a refused one (a wrong choice, a late one) does not. (A read
+	// of the confirmation prompted by a published message could come
+	// before the store and miss the answer, and nothing comes after it.)
+	answered := make(chan *confirmation.State, 1)
+	wctx, stopWait := context.WithCancel(ctx)
+	waitDone := make(chan struct{})
+	go func() {
+		defer close(waitDone)
+		if now, err := c.WaitAnswer(wctx, st.ID); err == nil && now.Answer != nil {
+			answered <- now
+		}
+	}()
+	defer func() { stopWait(); <-waitDone }()
 	// It may have been answered before we subscribed.
 	if now, err := c.Confirmation(ctx, st.ID); err == nil && now.Answer != nil {
 		return fromAnswer(now.Answer, start), nil
@@ -144,16 +147,9 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 		case <-ctx.Done():
 			fmt.Fprint(out, "\r\033[K")
 			return promptResult{}, ctx.Err()
-		case m := <-answered:
+		case now := <-answered:
 			fmt.Fprint(out, "\r\033[K")
-			// Only the answer that takes effect ends the prompt: a refused
-			// one (a wrong choice, a late one) does not.
-			if _, err := c.Bus().Codec().Decode(m); err == nil {
-				if now, err := c.Confirmation(ctx, st.ID); err == nil && now.Answer != nil {
-					return fromAnswer(now.Answer, start), nil
-				}
-			}
-			draw()
+			return fromAnswer(now.Answer, start), nil
 		case k, ok := <-keys:
 			if !ok {
 				keys = nil

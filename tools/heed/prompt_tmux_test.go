@@ -274,6 +274,24 @@ func TestTerminalPrompt(t *testing.T) {
 		}
 	})
 
+	// An answer given elsewhere while the prompt waits ends the prompt at
+	// once: it is the last event of the confirmation, so a prompt that read
+	// the confirmation on hearing it published (before the store) would
+	// wait until the deadline.
+	t.Run("an answer from elsewhere ends the prompt", func(t *testing.T) {
+		p := s.newPane(t, "elsewhere")
+		p.typeLine(fmt.Sprintf("'%s' --nats-url %s run ../../skills/release_prod.yaml -i commit_sha=%s; echo EXIT=$?", heedBin, h.url, testSHA))
+		sc := p.waitScreen("the prompt", 30*time.Second, func(sc string) bool { return countdownRE.MatchString(sc) && runIDRE.MatchString(sc) })
+		id := runner.ConfirmID(runIDRE.FindStringSubmatch(sc)[1], 2, 1)
+		if out, errOut, code := runCLI(t, "--nats-url", h.url, "confirm", "answer", id, "proceed", "--by", "user:bob"); code != 0 {
+			t.Fatalf("heed confirm answer: exit %d\n%s\n%s", code, out, errOut)
+		}
+		sc = p.waitScreen("the exit status", 10*time.Second, func(sc string) bool { return exitRE.MatchString(sc) })
+		if code := exitRE.FindStringSubmatch(sc)[1]; code != "0" || !strings.Contains(sc, "→ proceed (user by user:bob") {
+			t.Errorf("want the prompt to end with bob's answer and the run to complete; the terminal shows:\n%s", sc)
+		}
+	})
+
 	// Ctrl-C where there is no cancel option leaves the question open: heed
 	// run says how to answer it elsewhere, and follows the answer from there.
 	t.Run("Ctrl-C without a cancel option", func(t *testing.T) {
