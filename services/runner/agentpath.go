@@ -95,8 +95,10 @@ func (c *commands) get(ctx context.Context, req *command.GetRun) (any, error) {
 
 // readRun reads the run's events after req.After, waiting up to
 // req.WaitMS for one when there is none; agent, when set, must own the
-// run. The wait listens to the run's subjects (core NATS sees an event as
-// the stream stores it) and reads again when something arrives.
+// run. The wait listens to the run's subjects and reads again when
+// something arrives there, and again at growing intervals after that: a
+// subscriber can hear a message before the stream has stored it, and
+// nothing may come after it to wake the wait again.
 func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent string) (any, error) {
 	if !events.ValidID(req.RunID) {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a valid run id", req.RunID)
@@ -115,6 +117,11 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	deadline := time.Now().Add(wait)
+	// recheck is how long to wait before reading again without a wake:
+	// short after a wake (the event may not be stored yet), then growing,
+	// then only a wake or the deadline.
+	const firstRecheck, lastRecheck = 5 * time.Millisecond, 320 * time.Millisecond
+	recheck := time.Duration(0)
 	for {
 		reply, r, err := c.runEvents(ctx, req.RunID, req.After)
 		if events.CodeOf(err) == events.CodeNotFound && agent != "" {
@@ -130,10 +137,17 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 		if len(reply.Events) > 0 || r.Terminal() || left <= 0 {
 			return reply, nil
 		}
+		if recheck > 0 {
+			left = min(left, recheck)
+		}
 		t := time.NewTimer(left)
 		select {
 		case <-wake:
+			recheck = firstRecheck
 		case <-t.C:
+			if recheck *= 4; recheck > lastRecheck {
+				recheck = 0
+			}
 		case <-ctx.Done():
 			t.Stop()
 			return reply, nil
