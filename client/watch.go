@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
@@ -410,6 +411,55 @@ func (c *Client) followRun(ctx context.Context, runID string, fn func(seq, later
 		after = max(after, r.LastSeq)
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+	}
+}
+
+// FollowStored calls fn for each event stored on filter (one aggregate's
+// subjects, events.SubjectFilter) after sequence after, in log order, as
+// the log stores them, until fn returns an error or ctx ends. A reader
+// told of a change by fn reads it back: fn is called once the event is
+// stored, never on the publish alone.
+func (c *Client) FollowStored(ctx context.Context, filter string, after uint64, fn func(seq uint64, ev *events.Event) error) error {
+	return c.followHistory(ctx, filter, after, func(seq, _ uint64, ev *events.Event) (bool, error) {
+		return false, fn(seq, ev)
+	})
+}
+
+// WatchIndex calls fn for each change of an index entry of one kind (run,
+// confirm, pref, fix) made after the call, deletions included (the entry
+// holds only its key then), until fn returns an error or ctx ends. The
+// index is a projection behind the log: a reader of Index told of a change
+// by fn sees it.
+func (c *Client) WatchIndex(ctx context.Context, kind string, fn func(key string, e readmodel.IndexEntry, deleted bool) error) error {
+	kv, err := c.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("index bucket (is the indexer running?): %v", err), Err: err}
+	}
+	w, err := kv.Watch(ctx, kind+".>", jetstream.UpdatesOnly())
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "watch the index: " + err.Error(), Err: err}
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case u, ok := <-w.Updates():
+			if !ok {
+				return &events.Error{Code: events.CodeUnavailable, Message: "the index watch ended"}
+			}
+			if u == nil {
+				continue // the end of the initial values (none: updates only)
+			}
+			var e readmodel.IndexEntry
+			deleted := u.Operation() != jetstream.KeyValuePut
+			if !deleted && !readmodel.Decode(u.Value(), &e) {
+				continue
+			}
+			if err := fn(u.Key(), e, deleted); err != nil {
+				return err
+			}
 		}
 	}
 }

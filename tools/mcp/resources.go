@@ -9,7 +9,6 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 )
 
 const (
@@ -103,15 +102,27 @@ func jsonResource(uri string, v any) (*mcp.ReadResourceResult, error) {
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(b)}}}, nil
 }
 
-// subscribe tells subscribers when a resource changes: the log's own
-// subjects, live.
+// subscribe tells subscribers when a resource changes, once a read of it
+// shows the change: the pending confirmations when the index they are
+// listed from has it, a run when the log has stored its event. (Told on
+// the publish alone, a reader could read before the change is visible and
+// hear nothing after it.)
 func (s *Server) subscribe(uri string) error {
-	var subject string
+	var watch func(ctx context.Context, changed func()) error
 	switch {
 	case uri == confirmationsURI:
-		subject = "heed.confirm.*.>"
+		watch = func(ctx context.Context, changed func()) error {
+			return s.c.WatchIndex(ctx, "confirm", func(string, readmodel.IndexEntry, bool) error { changed(); return nil })
+		}
 	case strings.HasPrefix(uri, runURIPrefix) && events.ValidID(strings.TrimPrefix(uri, runURIPrefix)):
-		subject = events.SubjectFilter("run", strings.TrimPrefix(uri, runURIPrefix))
+		id := strings.TrimPrefix(uri, runURIPrefix)
+		watch = func(ctx context.Context, changed func()) error {
+			var after uint64 // from the run's last event: what came before is no change
+			if r, err := s.c.Run(ctx, id); err == nil {
+				after = r.LastSeq
+			}
+			return s.c.FollowStored(ctx, events.SubjectFilter("run", id), after, func(uint64, *events.Event) error { changed(); return nil })
+		}
 	default:
 		return mcp.ResourceNotFoundError(uri)
 	}
@@ -120,21 +131,39 @@ func (s *Server) subscribe(uri string) error {
 	if s.subs[uri] != nil {
 		return nil
 	}
-	sub, err := s.c.Conn().Subscribe(subject, func(*nats.Msg) {
-		_ = s.srv.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
-	})
-	if err != nil {
-		return err
-	}
-	s.subs[uri] = sub
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.subs[uri] = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		changed := func() {
+			_ = s.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
+		}
+		for {
+			err := watch(ctx, changed)
+			if ctx.Err() != nil {
+				return
+			}
+			// Lost (NATS gone a while): take it up again; a change meanwhile
+			// is told once it is back.
+			s.log.Warn("resource watch ended; again in a second", "uri", uri, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			changed()
+		}
+	}()
 	return nil
 }
 
 func (s *Server) unsubscribe(uri string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sub := s.subs[uri]; sub != nil {
-		_ = sub.Unsubscribe()
-		delete(s.subs, uri)
+	stop := s.subs[uri]
+	delete(s.subs, uri)
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 )
 
 // Channel is what answers given through MCP name.
@@ -45,7 +44,7 @@ type Server struct {
 	srv *mcp.Server
 
 	mu   sync.Mutex
-	subs map[string]*nats.Subscription // resource URI → its subjects' subscription
+	subs map[string]func() // resource URI → stops its watch
 }
 
 // New builds the MCP server with every tool and resource.
@@ -59,7 +58,7 @@ func New(c *heedclient.Client, cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{c: c, cfg: cfg, log: cfg.Log, subs: map[string]*nats.Subscription{}}
+	s := &Server{c: c, cfg: cfg, log: cfg.Log, subs: map[string]func(){}}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "heed", Title: "heed: a human (or an AI) in the loop", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
@@ -81,10 +80,11 @@ func (s *Server) MCP() *mcp.Server { return s.srv }
 // Close ends the resource subscriptions.
 func (s *Server) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uri, sub := range s.subs {
-		_ = sub.Unsubscribe()
-		delete(s.subs, uri)
+	stops := s.subs
+	s.subs = map[string]func(){}
+	s.mu.Unlock()
+	for _, stop := range stops {
+		stop()
 	}
 }
 
