@@ -584,3 +584,44 @@ func TestConsoleOperatorActions(t *testing.T) {
 		t.Fatalf("the run: %+v %v", out, err)
 	}
 }
+
+// TestRunTimelineIsLive: the run page of a paused run shows the answer,
+// the resume and the end as they are stored: each row once, with its log
+// sequence, in log order (rows from the run's and its confirmation's
+// subjects interleaved).
+func TestRunTimelineIsLive(t *testing.T) {
+	r := startRig(t)
+	ctx := browser(t)
+	r.signIn(ctx, "Alice", alicePassword)
+	id := r.startRun(askSkill)
+	confirmID := runner.ConfirmID(id, 0, 1)
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Shown paused, with the question asked.
+	if err := do(ctx, chromedp.Navigate(r.url+"/inbox"), chromedp.WaitVisible(chromedp.CSS(`#offer-`+confirmID)),
+		chromedp.Navigate(r.url+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Answer(wctx, command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:bob", Channel: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(ctx, chromedp.Poll[bool](`[...document.querySelectorAll("#timeline td.type")].some((td) => td.textContent.startsWith("run.completed"))`,
+		chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("the timeline never showed the run completed: %v", err)
+	}
+	seqs, err := run(ctx, chromedp.Evaluate[[]int](`[...document.querySelectorAll("#timeline tr[data-seq]")].map((tr) => Number(tr.dataset.seq))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := run(ctx, chromedp.Text(chromedp.CSS(`#timeline`)))
+	for i, seq := range seqs {
+		if seq <= 0 || (i > 0 && seq <= seqs[i-1]) {
+			t.Fatalf("the timeline's sequences %v: want each once, above 0, in log order:\n%s", seqs, text)
+		}
+	}
+	for _, want := range []string{"confirm.requested", "confirm.answered", "run.resumed", "run.completed", "by: user:bob"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the timeline lacks %q:\n%s", want, text)
+		}
+	}
+}

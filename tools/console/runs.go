@@ -1,10 +1,12 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -184,6 +186,10 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) 
 		}
 	}
 	slices.SortFunc(rows, func(a, b timelineRow) int { return int(a.Seq) - int(b.Seq) })
+	var after uint64 // the live stream sends what comes after
+	if len(rows) > 0 {
+		after = rows[len(rows)-1].Seq
+	}
 	var failed []string
 	for i, st := range run.Steps {
 		if st.Status == runstate.StepFailed {
@@ -191,54 +197,74 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) 
 		}
 	}
 	s.renderPage(w, "run.html", "Run "+id, "runs", sess, map[string]any{"Run": run, "Rows": rows, "Failed": failed,
-		"Paused": run.Status == runstate.StatusPaused, "Terminal": run.Terminal()})
+		"Paused": run.Status == runstate.StatusPaused, "Terminal": run.Terminal(), "After": after})
 }
 
-// runEvents streams a run's new events (and its confirmations') as
-// timeline rows.
+// runEvents streams a run's events, and its confirmations', as timeline
+// rows, as the log stores them (a publish the stream refused, or a
+// duplicate it dropped, is never shown): after=SEQ leaves out what the
+// page already shows. The run's history is read from its start to find
+// its confirmations; each is followed on its own subjects.
 func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, _ *session) {
 	id := r.PathValue("id")
 	if !events.ValidID(id) {
 		jsonError(w, http.StatusBadRequest, "not a run id")
 		return
 	}
-	msgs := make(chan *nats.Msg, 256)
-	var subs []*nats.Subscription
-	for _, subj := range []string{events.SubjectFilter("run", id), "heed.confirm.*.>"} {
-		sub, err := s.c.Conn().ChanSubscribe(subj, msgs)
-		if err != nil {
-			jsonError(w, http.StatusBadGateway, err.Error())
-			return
-		}
-		subs = append(subs, sub)
-	}
-	defer func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
-		}
-	}()
+	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
 	out, ok := startSSE(w)
 	if !ok {
 		return
 	}
-	pump(r.Context(), out, msgs, func(m *nats.Msg, _ bool) error {
-		ev, err := s.c.Bus().Codec().Decode(m)
-		if err != nil {
+	ctx, stop := context.WithCancel(r.Context())
+	type stored struct {
+		seq, shown uint64 // shown: the page has this follower's events up to here
+		ev         *events.Event
+	}
+	rows := make(chan stored, 256)
+	var wg sync.WaitGroup
+	follow := func(filter string, shown uint64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.c.FollowStored(ctx, filter, 0, func(seq uint64, ev *events.Event) error {
+				select {
+				case rows <- stored{seq: seq, shown: shown, ev: ev}:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	follow(events.SubjectFilter("run", id), after)
+	confirms := map[string]bool{}
+	pump(ctx, out, rows, func(m stored, _ bool) error {
+		kind := events.Type(m.ev.Type()).Kind()
+		if kind == "run" {
+			var d struct {
+				ConfirmID string `json:"confirm_id"`
+			}
+			if json.Unmarshal(m.ev.Data(), &d) == nil && events.ValidID(d.ConfirmID) && !confirms[d.ConfirmID] {
+				confirms[d.ConfirmID] = true
+				// The page shows the confirmations it found in the run's
+				// events it shows: those up to after; a later one is new.
+				shown := after
+				if m.seq > after {
+					shown = 0
+				}
+				follow(events.SubjectFilter("confirm", d.ConfirmID), shown)
+			}
+		}
+		if m.seq <= m.shown {
 			return nil
 		}
-		if events.Type(ev.Type()).Kind() == "confirm" && !strings.HasPrefix(ev.Subject(), id+"-") {
-			return nil
-		}
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
-		}
-		row := s.timelineRowOf(seq, ev)
 		status := ""
-		if events.Type(ev.Type()).Kind() == "run" {
-			status = runstate.NextStatus("", events.Type(ev.Type()))
+		if kind == "run" {
+			status = runstate.NextStatus("", events.Type(m.ev.Type()))
 		}
-		return out.send("event", map[string]string{"id": ev.ID(), "html": s.fragment("timelinerow", row), "status": status})
+		return out.send("event", map[string]string{"id": m.ev.ID(), "html": s.fragment("timelinerow", s.timelineRowOf(m.seq, m.ev)), "status": status})
 	})
 }
 

@@ -244,9 +244,13 @@
     stream(timeline.closest("table").dataset.stream, {
       event: (d) => {
         const el = fragment("<table><tbody>" + d.html + "</tbody></table>").querySelector("tr");
-        const seq = el.dataset.seq;
-        if (seq !== "0" && timeline.querySelector('tr[data-seq="' + seq + '"]')) { return; }
-        timeline.append(el);
+        // Rows come from the log with their sequence: in log order on the
+        // page, each once (the run's and its confirmations' come from
+        // followers of their own).
+        const seq = Number(el.dataset.seq);
+        if (timeline.querySelector('tr[data-seq="' + seq + '"]')) { return; }
+        const later = [...timeline.querySelectorAll("tr[data-seq]")].find((tr) => Number(tr.dataset.seq) > seq);
+        if (later) { later.before(el); } else { timeline.append(el); }
         const st = document.getElementById("run-status");
         if (st && d.status) { st.textContent = d.status; }
       },
