@@ -29,7 +29,9 @@ import (
 // followed with followHistory, which leaves nothing on the server.
 func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
-	if after > 0 {
+	if after == fromNow {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	} else if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
 	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.EventStream, cfg)
@@ -73,6 +75,20 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 			return err
 		}
 	}
+}
+
+// fromNow as follow's after: what is stored from now on.
+const fromNow = ^uint64(0)
+
+// FollowNew calls fn for each event stored on filter from now on (any
+// subjects: heed.run.*.> for every run), in log order, until fn returns an
+// error or ctx ends. It holds an ordered consumer while it runs, deleted
+// when it returns: for long watches across aggregates (one aggregate is
+// followed with FollowStored, which leaves nothing on the server).
+func (c *Client) FollowNew(ctx context.Context, filter string, fn func(seq uint64, ev *events.Event) error) error {
+	return c.follow(ctx, filter, fromNow, func(seq, _ uint64, ev *events.Event) (bool, error) {
+		return false, fn(seq, ev)
+	})
 }
 
 // followHistory is follow for one aggregate's history (filter:

@@ -593,13 +593,19 @@ func TestRunTimelineIsLive(t *testing.T) {
 	r := startRig(t)
 	ctx := browser(t)
 	r.signIn(ctx, "Alice", alicePassword)
+	// The runs list, open before the run starts, shows it paused.
+	if err := do(ctx, chromedp.Navigate(r.url+"/runs"), chromedp.WaitReady(chromedp.CSS(`#runs`))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the page has opened its stream (it follows what is stored from then on)
 	id := r.startRun(askSkill)
 	confirmID := runner.ConfirmID(id, 0, 1)
 	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// Shown paused, with the question asked.
-	if err := do(ctx, chromedp.Navigate(r.url+"/inbox"), chromedp.WaitVisible(chromedp.CSS(`#offer-`+confirmID)),
-		chromedp.Navigate(r.url+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`))); err != nil {
+	if err := do(ctx, chromedp.WaitVisible(chromedp.CSS(`#run-`+id+`.paused`))); err != nil {
+		t.Fatalf("the runs list never showed the run paused: %v", err)
+	}
+	if err := do(ctx, chromedp.Navigate(r.url+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.c.Answer(wctx, command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:bob", Channel: "cli"}); err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/runstate"
-	"github.com/nats-io/nats.go"
 )
 
 // runRow is one run in the list.
@@ -45,22 +44,29 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session)
 	s.renderPage(w, "runs.html", "Runs", "runs", sess, map[string]any{"Runs": rows, "Total": len(entries)})
 }
 
-// runsEvents streams each run's row as its events come: the log's own
-// subjects (heed.run.*.>), no polling. A burst is sent at most every
-// 100 ms per run.
+// runsEvents streams each run's row as its events are stored (an ordered
+// consumer of heed.run.*.> from now, deleted when the page goes). A burst
+// is sent at most every 100 ms per run.
 func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) {
-	msgs := make(chan *nats.Msg, 4096)
-	sub, err := s.c.Conn().ChanSubscribe("heed.run.*.>", msgs)
-	if err != nil {
-		jsonError(w, http.StatusBadGateway, err.Error())
-		return
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
 	out, ok := startSSE(w)
 	if !ok {
 		return
 	}
+	ctx, stop := context.WithCancel(r.Context())
+	msgs := make(chan *events.Event, 4096)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		_ = s.c.FollowNew(ctx, "heed.run.*.>", func(_ uint64, ev *events.Event) error {
+			select {
+			case msgs <- ev:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	defer func() { stop(); <-followed }()
 	rows := map[string]*runRow{}
 	dirty := map[string]bool{}
 	var mu sync.Mutex
@@ -70,17 +76,13 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 	defer ping.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-ping.C:
 			if out.ping() != nil {
 				return
 			}
-		case m := <-msgs:
-			ev, err := s.c.Bus().Codec().Decode(m)
-			if err != nil {
-				continue
-			}
+		case ev := <-msgs:
 			mu.Lock()
 			row := rows[ev.Subject()]
 			if row == nil {
