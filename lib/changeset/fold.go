@@ -22,6 +22,17 @@ func New(id string) *command.ChangeSetState {
 	return &command.ChangeSetState{ID: id}
 }
 
+// ProposalOf is a set's proposal as it was proposed: its items are the
+// state's Items (the state keeps them once, not in Proposal.Items).
+func ProposalOf(st *command.ChangeSetState) events.ChangeSetProposedData {
+	d := st.Proposal
+	d.Items = make([]events.ChangeItem, len(st.Items))
+	for i := range st.Items {
+		d.Items[i] = st.Items[i].ChangeItem
+	}
+	return d
+}
+
 // Proposed reports whether the set exists (its proposal was folded).
 func Proposed(st *command.ChangeSetState) bool { return st.Status != "" }
 
@@ -65,12 +76,15 @@ func Apply(st *command.ChangeSetState, ev *events.Event, seq uint64) ([]events.C
 		if err := decode(&d); err != nil {
 			return nil, err
 		}
-		st.Proposal, st.ProposedAt = d, at
 		st.Items = make([]command.ChangeItemState, len(d.Items))
 		for i, it := range d.Items {
 			it.Item = i + 1 // numbered by position, whatever the writer said
 			st.Items[i] = command.ChangeItemState{ChangeItem: it, Status: events.ItemPending}
 		}
+		// The items are the state's Items: kept once (a proposal may be
+		// 900 KiB, and the state is stored and sent whole).
+		d.Items = []events.ChangeItem{}
+		st.Proposal, st.ProposedAt = d, at
 		st.Status = events.SetPending
 	case events.ChangeSetDecided:
 		var d events.ChangeSetDecidedData

@@ -116,7 +116,7 @@ func (s *server) writeProposal(ctx context.Context, id string, d events.ChangeSe
 		existing, err := changeset.Load(ctx, s.bus, id)
 		switch {
 		case err == nil:
-			if !sameProposal(existing.Proposal, canonical(ev)) {
+			if !sameProposal(changeset.ProposalOf(existing), canonical(ev)) {
 				return nil, events.Errorf(events.CodeConflict, "change set %s exists with other content (agent %s, subject %s, %d items): a set is never proposed again", id, existing.Proposal.Agent, existing.Proposal.Subject, len(existing.Items))
 			}
 			return existing, nil
@@ -258,9 +258,22 @@ func via(channel string) string {
 	return " via " + channel
 }
 
+// status reads the set from the log; a set too large to send whole
+// (its proposal may be 900 KiB, its reasons and results come on top) is
+// fitted under the reply's limit (changeset.Fit: args cut, marked
+// args_truncated).
 func (s *server) status(ctx context.Context, req *command.ChangeSetStatusRequest) (any, error) {
-	return changeset.Load(ctx, s.bus, req.ID)
+	st, err := changeset.Load(ctx, s.bus, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	changeset.Fit(st, changeset.MaxStateBytes)
+	return st, nil
 }
+
+// maxListedSet is what a set may take in a list reply: a list shows sets,
+// not their args whole (status has them).
+const maxListedSet = 64 << 10
 
 // list answers from the index of open sets; all sets are read from the
 // bucket.
@@ -285,10 +298,22 @@ func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, er
 		}
 		sortNewest(sets)
 	}
-	reply := command.ListChangeSetsReply{Sets: sets}
-	if len(sets) > limit {
-		reply.Sets, reply.More = sets[:limit], len(sets)-limit
+	// Each set fitted, and no more than one reply holds.
+	shown, total := 0, 0
+	for shown < len(sets) && shown < limit {
+		st := changeset.Clone(&sets[shown])
+		changeset.Fit(st, maxListedSet)
+		b, err := json.Marshal(st)
+		if err != nil {
+			return nil, err
+		}
+		if total += len(b) + 1; total > changeset.MaxStateBytes && shown > 0 {
+			break
+		}
+		sets[shown] = *st
+		shown++
 	}
+	reply := command.ListChangeSetsReply{Sets: sets[:shown], More: len(sets) - shown}
 	if reply.Sets == nil {
 		reply.Sets = []command.ChangeSetState{}
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/changeset"
-	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Projection keeps heed_changesets: each set folded (set.<id>), each
@@ -50,7 +49,11 @@ func (p *Projection) Apply(ctx context.Context, s events.Store, ev *events.Event
 	if err := p.agent(ctx, s, st, before, t); err != nil {
 		return err
 	}
-	if err := s.Put(ctx, key, st); err != nil {
+	value, err := setJSON(st)
+	if err != nil {
+		return err
+	}
+	if err := s.Put(ctx, key, value); err != nil {
 		return err
 	}
 	if p.OnSet != nil {
@@ -198,28 +201,20 @@ const (
 
 // historyArgs is a decided item's args as its agent's history keeps them.
 func historyArgs(args map[string]any) (map[string]any, bool) {
-	b, err := json.Marshal(args)
-	if err != nil || len(b) <= maxHistoryArgs {
-		return args, false
+	return changeset.CutArgs(args, maxHistoryArgs, maxHistoryValue)
+}
+
+// setJSON is a set as heed_changesets keeps it: whole, or fitted under a
+// value's limit (changeset.Fit) when its args, reasons and results are
+// too large together; the log keeps it whole. Encoded once.
+func setJSON(st *command.ChangeSetState) (json.RawMessage, error) {
+	b, err := json.Marshal(st)
+	if err != nil || len(b) <= changeset.MaxStateBytes {
+		return b, err
 	}
-	out := make(map[string]any, len(args))
-	for k, v := range args {
-		vb, _ := json.Marshal(v)
-		if len(vb) <= maxHistoryValue {
-			out[k] = v
-			continue
-		}
-		text, ok := v.(string)
-		if !ok {
-			text = string(vb)
-		}
-		out[k], _ = textutil.Truncate(text, maxHistoryValue)
-	}
-	if b, err := json.Marshal(out); err == nil && len(b) <= maxHistoryArgs {
-		return out, true
-	}
-	p, _ := textutil.Truncate(string(b), maxHistoryArgs)
-	return map[string]any{"preview": p}, true
+	cp := changeset.Clone(st)
+	changeset.Fit(cp, changeset.MaxStateBytes)
+	return json.Marshal(cp)
 }
 
 // historyJSON is the history as it is written: encoded once, and again

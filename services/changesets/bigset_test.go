@@ -1,0 +1,62 @@
+package changesets_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/eventstest"
+)
+
+// A set whose items carry large args, decided with long reasons: its
+// value in heed_changesets stays under a bucket value's limit, so the set
+// is listed, its decisions show and it resolves in the read model as in
+// the log.
+func TestLargeSetStaysWritable(t *testing.T) {
+	r := newRig(t)
+	r.start("changesets")
+	doc := strings.Repeat("y", 70<<10)
+	var calls []command.ProposedCall
+	for i := range events.MaxChangeItems {
+		calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(i), "body": doc}})
+	}
+	id := r.propose(command.ProposeChangeSet{Calls: calls}).Sets[0].ID
+	reason := strings.Repeat("because ", 500)[:3999] // 4,000 at most; no space at the end
+	for i := 1; i <= events.MaxChangeItems; i++ {
+		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{i}, Verdict: events.VerdictRejected, Reason: reason, By: "user:alice"})
+	}
+	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		e, err := kv.Get(context.Background(), readmodel.ChangeSetKey(id))
+		if err != nil {
+			return fmt.Errorf("set %s not in the bucket: %v", id, err)
+		}
+		var st command.ChangeSetState
+		if !readmodel.Decode(e.Value(), &st) {
+			return fmt.Errorf("set %s: not a set", id)
+		}
+		if st.Status != events.SetResolved {
+			return fmt.Errorf("set %s is %s in the bucket (%d bytes)", id, st.Status, len(e.Value()))
+		}
+		return nil
+	})
+	// The status reply holds it whole: 10 items of 70 KiB (each once) and
+	// ten reasons of 4,000 bytes are under the limit.
+	st := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
+	if st.Status != events.SetResolved || st.Items[9].Args["body"] != doc || st.Items[9].ArgsTruncated || st.Items[9].Reason != reason {
+		t.Errorf("status: %s, item 10 args cut %v, reason %d bytes", st.Status, st.Items[9].ArgsTruncated, len(st.Items[9].Reason))
+	}
+	// A list shows sets, their args cut.
+	list := must[command.ListChangeSetsReply](r, command.ChangeSetList, command.ListChangeSets{All: true})
+	if len(list.Sets) != 1 || list.More != 0 || list.Sets[0].Items[0].Reason == "" || !list.Sets[0].Items[0].ArgsTruncated || list.Sets[0].Items[0].Args["title"] != "0" {
+		t.Errorf("list: %d sets (%d more), item 1 %+v", len(list.Sets), list.More, list.Sets[0].Items[0].Args["title"])
+	}
+}
