@@ -44,12 +44,16 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	}
 	defer it.Stop()
 	// Delete the consumer at once rather than leave it to expire: every
-	// consumer costs the stream on every message stored.
+	// consumer costs the stream on every message stored. In the
+	// background: a role without the delete permission (the console's, a
+	// bridge's) waits for no refusal; its consumer expires when inactive.
 	defer func() {
 		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.bus.JetStream().DeleteConsumer(dctx, events.EventStream, info.Name)
-			cancel()
+			go func() {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				_ = c.bus.JetStream().DeleteConsumer(dctx, events.EventStream, info.Name)
+				cancel()
+			}()
 		}
 	}()
 	stop := context.AfterFunc(ctx, it.Stop)
@@ -442,40 +446,55 @@ func (c *Client) FollowStored(ctx context.Context, filter string, after uint64, 
 	})
 }
 
-// WatchIndex calls fn for each change of an index entry of one kind (run,
-// confirm, pref, fix) made after the call, deletions included (the entry
-// holds only its key then), until fn returns an error or ctx ends. The
-// index is a projection behind the log: a reader of Index told of a change
-// by fn sees it.
-func (c *Client) WatchIndex(ctx context.Context, kind string, fn func(key string, e readmodel.IndexEntry, deleted bool) error) error {
+// IndexChange is one change of an index entry (WatchIndex): a put, or a
+// deletion (Entry empty then).
+type IndexChange struct {
+	Key     string
+	Entry   readmodel.IndexEntry
+	Deleted bool
+}
+
+// WatchIndex returns the changes of the index entries of one kind (run,
+// confirm, pref, fix) made from the call on, once the watch is in place;
+// the channel closes when ctx ends or the watch is lost. The index is a
+// projection behind the log: a reader of Index told of a change sees it.
+func (c *Client) WatchIndex(ctx context.Context, kind string) (<-chan IndexChange, error) {
 	kv, err := c.bus.JetStream().KeyValue(ctx, readmodel.IndexBucket)
 	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("index bucket (is the indexer running?): %v", err), Err: err}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("index bucket (is the indexer running?): %v", err), Err: err}
 	}
 	w, err := kv.Watch(ctx, kind+".>", jetstream.UpdatesOnly())
 	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: "watch the index: " + err.Error(), Err: err}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: "watch the index: " + err.Error(), Err: err}
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case u, ok := <-w.Updates():
+	out := make(chan IndexChange, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }()
+		for {
+			var u jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok = <-w.Updates():
+			}
 			if !ok {
-				return &events.Error{Code: events.CodeUnavailable, Message: "the index watch ended"}
+				return
 			}
 			if u == nil {
 				continue // the end of the initial values (none: updates only)
 			}
-			var e readmodel.IndexEntry
-			deleted := u.Operation() != jetstream.KeyValuePut
-			if !deleted && !readmodel.Decode(u.Value(), &e) {
+			ch := IndexChange{Key: u.Key(), Deleted: u.Operation() != jetstream.KeyValuePut}
+			if !ch.Deleted && !readmodel.Decode(u.Value(), &ch.Entry) {
 				continue
 			}
-			if err := fn(u.Key(), e, deleted); err != nil {
-				return err
+			select {
+			case out <- ch:
+			case <-ctx.Done():
+				return
 			}
 		}
-	}
+	}()
+	return out, nil
 }

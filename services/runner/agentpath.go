@@ -118,8 +118,9 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 	}
 	deadline := time.Now().Add(wait)
 	// recheck is how long to wait before reading again without a wake:
-	// short after a wake (the event may not be stored yet), then growing,
-	// then only a wake or the deadline.
+	// short after a wake (the event may not be stored yet), then growing
+	// to lastRecheck, and every lastRecheck until the deadline (a store
+	// can take longer on a cluster).
 	const firstRecheck, lastRecheck = 5 * time.Millisecond, 320 * time.Millisecond
 	recheck := time.Duration(0)
 	for {
@@ -145,9 +146,7 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 		case <-wake:
 			recheck = firstRecheck
 		case <-t.C:
-			if recheck *= 4; recheck > lastRecheck {
-				recheck = 0
-			}
+			recheck = min(recheck*4, lastRecheck)
 		case <-ctx.Done():
 			t.Stop()
 			return reply, nil

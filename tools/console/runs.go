@@ -188,9 +188,12 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) 
 		}
 	}
 	slices.SortFunc(rows, func(a, b timelineRow) int { return int(a.Seq) - int(b.Seq) })
-	var after uint64 // the live stream sends what comes after
-	if len(rows) > 0 {
-		after = rows[len(rows)-1].Seq
+	// The live stream sends what comes after the run's history as read
+	// (its confirmations were read later and may reach further: the
+	// page drops a row it has).
+	var after uint64
+	if len(msgs) > 0 {
+		after = msgs[len(msgs)-1].Seq
 	}
 	var failed []string
 	for i, st := range run.Steps {

@@ -3,6 +3,7 @@ package heedmcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -106,22 +107,47 @@ func jsonResource(uri string, v any) (*mcp.ReadResourceResult, error) {
 // shows the change: the pending confirmations when the index they are
 // listed from has it, a run when the log has stored its event. (Told on
 // the publish alone, a reader could read before the change is visible and
-// hear nothing after it.)
+// hear nothing after it.) The watch is in place when subscribe returns; a
+// watch lost is taken up again, and the subscriber told once it is back
+// (what changed meanwhile).
 func (s *Server) subscribe(uri string) error {
-	var watch func(ctx context.Context, changed func()) error
+	// start puts the watch in place; run follows it until it ends.
+	var start func(ctx context.Context) (run func(changed func()) error, err error)
 	switch {
 	case uri == confirmationsURI:
-		watch = func(ctx context.Context, changed func()) error {
-			return s.c.WatchIndex(ctx, "confirm", func(string, readmodel.IndexEntry, bool) error { changed(); return nil })
+		start = func(ctx context.Context) (func(func()) error, error) {
+			ch, err := s.c.WatchIndex(ctx, "confirm")
+			if err != nil {
+				return nil, err
+			}
+			return func(changed func()) error {
+				for range ch {
+					changed()
+				}
+				return errors.New("the index watch ended")
+			}, nil
 		}
 	case strings.HasPrefix(uri, runURIPrefix) && events.ValidID(strings.TrimPrefix(uri, runURIPrefix)):
 		id := strings.TrimPrefix(uri, runURIPrefix)
-		watch = func(ctx context.Context, changed func()) error {
-			var after uint64 // from the run's last event: what came before is no change
-			if r, err := s.c.Run(ctx, id); err == nil {
-				after = r.LastSeq
+		var after uint64 // the run's last event seen: what came before is no change
+		start = func(ctx context.Context) (func(func()) error, error) {
+			if after == 0 {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				r, err := s.c.Run(rctx, id)
+				cancel()
+				if err == nil {
+					after = r.LastSeq
+				} else if events.CodeOf(err) != events.CodeNotFound {
+					return nil, err
+				}
 			}
-			return s.c.FollowStored(ctx, events.SubjectFilter("run", id), after, func(uint64, *events.Event) error { changed(); return nil })
+			return func(changed func()) error {
+				return s.c.FollowStored(ctx, events.SubjectFilter("run", id), after, func(seq uint64, _ *events.Event) error {
+					after = seq
+					changed()
+					return nil
+				})
+			}, nil
 		}
 	default:
 		return mcp.ResourceNotFoundError(uri)
@@ -132,6 +158,11 @@ func (s *Server) subscribe(uri string) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	run, err := start(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
 	done := make(chan struct{})
 	s.subs[uri] = func() { cancel(); <-done }
 	go func() {
@@ -139,20 +170,26 @@ func (s *Server) subscribe(uri string) error {
 		changed := func() {
 			_ = s.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
 		}
+		wait := time.Second
 		for {
-			err := watch(ctx, changed)
+			err := run(changed)
 			if ctx.Err() != nil {
 				return
 			}
-			// Lost (NATS gone a while): take it up again; a change meanwhile
-			// is told once it is back.
-			s.log.Warn("resource watch ended; again in a second", "uri", uri, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
+			s.log.Warn("resource watch lost; taking it up again", "uri", uri, "err", err, "in", wait)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, 30*time.Second)
+				if run, err = start(ctx); err == nil {
+					break
+				}
 			}
-			changed()
+			wait = time.Second
+			changed() // what changed while it was lost
 		}
 	}()
 	return nil
