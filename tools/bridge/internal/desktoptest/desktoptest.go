@@ -46,20 +46,32 @@ func Start(t *testing.T, pick string) *Session {
 		}
 	}
 	s := &Session{dir: t.TempDir()}
-	n := 0
-	for n = 91; n < 140; n++ {
-		if _, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n)); os.IsNotExist(err) {
-			if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); os.IsNotExist(err) {
-				break
-			}
-		}
+	// Xvfb picks a free display and says which once it accepts
+	// connections (-displayfd): two test packages starting sessions at
+	// once (the desktop and chat bridges') cannot pick the same one.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.display = fmt.Sprintf(":%d", n)
-	background(t, exec.Command("Xvfb", s.display, "-screen", "0", "1024x768x24", "-nolisten", "tcp"))
-	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		_, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n))
-		return err
-	})
+	xvfb := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", "1024x768x24", "-nolisten", "tcp")
+	xvfb.ExtraFiles = []*os.File{w}
+	background(t, xvfb)
+	_ = w.Close()
+	shown := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		_ = r.Close()
+		shown <- strings.TrimSpace(line)
+	}()
+	select {
+	case n := <-shown:
+		if n == "" {
+			t.Fatal("Xvfb did not start (no display number on -displayfd)")
+		}
+		s.display = ":" + n
+	case <-time.After(20 * time.Second):
+		t.Fatal("Xvfb did not say its display within 20 s")
+	}
 	bus := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=1")
 	out, err := bus.StdoutPipe()
 	if err != nil {
@@ -85,7 +97,7 @@ func Start(t *testing.T, pick string) *Session {
 		t.Fatal(err)
 	}
 	background(t, exec.Command("dunst", "-config", rc))
-	eventstest.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+	eventstest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error { // slow on a loaded machine
 		return exec.Command("dunstctl", "is-paused").Run()
 	})
 	return s
