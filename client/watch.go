@@ -29,9 +29,7 @@ import (
 // followed with followHistory, which leaves nothing on the server.
 func (c *Client) follow(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
-	if after == fromNow {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-	} else if after > 0 {
+	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
 	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.EventStream, cfg)
@@ -81,16 +79,20 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	}
 }
 
-// fromNow as follow's after: what is stored from now on.
-const fromNow = ^uint64(0)
-
 // FollowNew calls fn for each event stored on filter from now on (any
 // subjects: heed.run.*.> for every run), in log order, until fn returns an
 // error or ctx ends. It holds an ordered consumer while it runs, deleted
 // when it returns: for long watches across aggregates (one aggregate is
 // followed with FollowStored, which leaves nothing on the server).
 func (c *Client) FollowNew(ctx context.Context, filter string, fn func(seq uint64, ev *events.Event) error) error {
-	return c.follow(ctx, filter, fromNow, func(seq, _ uint64, ev *events.Event) (bool, error) {
+	// From the stream's last sequence, not "deliver new": an ordered
+	// consumer that resets before its first delivery is made again with
+	// the same policy, and "new" would then skip what came between.
+	info, err := c.bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+	}
+	return c.follow(ctx, filter, info.CachedInfo().State.LastSeq, func(seq, _ uint64, ev *events.Event) (bool, error) {
 		return false, fn(seq, ev)
 	})
 }

@@ -113,7 +113,7 @@ func (s *Server) changeSetEvents(w http.ResponseWriter, r *http.Request, sess *s
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		_ = s.c.WatchChangeSet(ctx, id, func(now *command.ChangeSetState) error {
+		err := s.c.WatchChangeSet(ctx, id, func(now *command.ChangeSetState) error {
 			select {
 			case <-changed:
 			default:
@@ -121,6 +121,12 @@ func (s *Server) changeSetEvents(w http.ResponseWriter, r *http.Request, sess *s
 			changed <- now
 			return nil
 		})
+		if ctx.Err() == nil {
+			// The watch is lost: end the stream, and the browser's
+			// reconnect reads the set again.
+			s.log.Warn("console: change set watch lost", "changeset", id, "err", err)
+			stop()
+		}
 	}()
 	defer func() { stop(); <-watchDone }()
 	shown := st.Seq

@@ -57,7 +57,7 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		_ = s.c.FollowNew(ctx, "heed.run.*.>", func(_ uint64, ev *events.Event) error {
+		err := s.c.FollowNew(ctx, "heed.run.*.>", func(_ uint64, ev *events.Event) error {
 			select {
 			case msgs <- ev:
 				return nil
@@ -65,6 +65,10 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 				return ctx.Err()
 			}
 		})
+		if ctx.Err() == nil {
+			s.log.Warn("console: runs watch lost", "err", err)
+			stop() // the browser's reconnect starts it again
+		}
 	}()
 	defer func() { stop(); <-followed }()
 	rows := map[string]*runRow{}
@@ -232,7 +236,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, _ *session) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = s.c.FollowStored(ctx, filter, 0, func(seq uint64, ev *events.Event) error {
+			err := s.c.FollowStored(ctx, filter, 0, func(seq uint64, ev *events.Event) error {
 				select {
 				case rows <- stored{seq: seq, shown: shown, ev: ev}:
 					return nil
@@ -240,6 +244,10 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, _ *session) {
 					return ctx.Err()
 				}
 			})
+			if ctx.Err() == nil {
+				s.log.Warn("console: run timeline watch lost", "run", id, "filter", filter, "err", err)
+				stop() // the browser's reconnect starts it again
+			}
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()

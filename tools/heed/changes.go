@@ -486,14 +486,21 @@ func reviewSet(ctx context.Context, c *client, id, who string, in *os.File, out 
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		_ = c.WatchChangeSet(wctx, id, func(now *command.ChangeSetState) error {
+		// A watch lost (NATS gone a while) is taken up again.
+		for wctx.Err() == nil {
+			_ = c.WatchChangeSet(wctx, id, func(now *command.ChangeSetState) error {
+				select {
+				case <-changed: // superseded before it was drawn
+				default:
+				}
+				changed <- now
+				return nil
+			})
 			select {
-			case <-changed: // superseded before it was drawn
-			default:
+			case <-wctx.Done():
+			case <-time.After(time.Second):
 			}
-			changed <- now
-			return nil
-		})
+		}
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 

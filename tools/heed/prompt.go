@@ -59,8 +59,16 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 	waitDone := make(chan struct{})
 	go func() {
 		defer close(waitDone)
-		if now, err := c.WaitAnswer(wctx, st.ID); err == nil && now.Answer != nil {
-			answered <- now
+		// A wait lost (NATS gone a while) is taken up again.
+		for wctx.Err() == nil {
+			if now, err := c.WaitAnswer(wctx, st.ID); err == nil && now.Answer != nil {
+				answered <- now
+				return
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}()
 	defer func() { stopWait(); <-waitDone }()
