@@ -86,6 +86,16 @@ func BenchmarkReadHistoryNothingNew(b *testing.B) {
 			}
 		}
 	})
+	// An aggregate with nothing stored, read from the start (a follower
+	// of a run not started yet).
+	none := events.SubjectFilter("run", "r-none")
+	b.Run("ReadHistory-nothing-stored", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := events.ReadHistory(ctx, bus.JetStream(), events.EventStream, none, 0, func(events.RawMsg) error { b.Fatal("a message of no aggregate"); return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("first-request-by-subject", func(b *testing.B) {
 		for b.Loop() {
 			if m, _, err := events.FirstOf(ctx, bus.JetStream(), events.EventStream, filter, last+1); err != nil || m != nil {
