@@ -208,7 +208,16 @@ func (l *Lease) Keep(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
-			return ErrLeaseLost
+			// A refresh that timed out here may have been stored after
+			// all: the lease is then still this instance's, at a later
+			// revision than it knew.
+			rctx, cancel := context.WithTimeout(ctx, l.ttl/5)
+			e, gerr := l.kv.Get(rctx, l.key)
+			cancel()
+			if gerr != nil || !l.ours(e) {
+				return ErrLeaseLost
+			}
+			l.rev, lastOK = e.Revision(), time.Now()
 		case time.Since(lastOK) >= l.ttl:
 			// Cut off from the cluster for the whole TTL: a stand-by may
 			// have taken over.
@@ -239,8 +248,7 @@ func (l *Lease) Release(ctx context.Context) {
 		if e, err = l.kv.Get(ctx, l.key); err != nil {
 			break
 		}
-		var h LeaseHolder
-		if json.Unmarshal(e.Value(), &h) != nil || h.Host != l.holder.Host || h.PID != l.holder.PID || !h.Since.Equal(l.holder.Since) {
+		if !l.ours(e) {
 			return // not ours any more
 		}
 		if err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision())); err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSequence(err) {
@@ -251,6 +259,13 @@ func (l *Lease) Release(ctx context.Context) {
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		l.log.Warn("lease: release failed (a stand-by takes over when it expires)", "err", err)
 	}
+}
+
+// ours says whether a lease value is this instance's (a holder's start
+// time, host and pid are its own).
+func (l *Lease) ours(e jetstream.KeyValueEntry) bool {
+	var h LeaseHolder
+	return json.Unmarshal(e.Value(), &h) == nil && h.Host == l.holder.Host && h.PID == l.holder.PID && h.Since.Equal(l.holder.Since)
 }
 
 // pidAlive reports whether a process with pid runs on this host.

@@ -146,3 +146,42 @@ func TestLeaseOfADeadProcessOnThisHost(t *testing.T) {
 		t.Errorf("took the lease of a live process: %v", err)
 	}
 }
+
+// TestLeaseRefreshStoredUnseen: a refresh whose reply the holder never
+// saw (a timeout) but that the stream stored leaves the lease at a
+// revision the holder does not know; its next refresh is refused for the
+// wrong last sequence. The lease is still its own: it keeps it.
+func TestLeaseRefreshStoredUnseen(t *testing.T) {
+	env := eventstest.Start(t)
+	js, err := jetstream.New(env.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	a, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "unseen", ttl, eventstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The refresh the holder never heard of: its own value, stored.
+	kv, err := js.KeyValue(ctx, service.LeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "unseen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "unseen", e.Value(), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	keep, stop := context.WithTimeout(ctx, 3*ttl)
+	defer stop()
+	if err := a.Keep(keep); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Keep after an unseen refresh: %v, want it kept until its context ended", err)
+	}
+	if h, ok := service.ReadLease(ctx, js, "unseen"); !ok || h.PID != os.Getpid() {
+		t.Fatalf("the lease's holder: %+v %v", h, ok)
+	}
+}
