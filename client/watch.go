@@ -79,22 +79,35 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	}
 }
 
-// FollowNew calls fn for each event stored on filter from now on (any
-// subjects: heed.run.*.> for every run), in log order, until fn returns an
-// error or ctx ends. It holds an ordered consumer while it runs, deleted
-// when it returns: for long watches across aggregates (one aggregate is
-// followed with FollowStored, which leaves nothing on the server).
-func (c *Client) FollowNew(ctx context.Context, filter string, fn func(seq uint64, ev *events.Event) error) error {
-	// From the stream's last sequence, not "deliver new": an ordered
-	// consumer that resets before its first delivery is made again with
-	// the same policy, and "new" would then skip what came between.
-	info, err := c.bus.JetStream().Stream(ctx, events.EventStream)
-	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
+// FollowNew calls fn for each event stored on filter (any subjects:
+// heed.run.*.> for every run) after sequence after (0: after what the
+// stream holds now, LastSeq), in log order, until fn returns an error or
+// ctx ends. It holds an ordered consumer while it runs, deleted when it
+// returns: for long watches across aggregates (one aggregate is followed
+// with FollowStored, which leaves nothing on the server).
+func (c *Client) FollowNew(ctx context.Context, filter string, after uint64, fn func(seq uint64, ev *events.Event) error) error {
+	if after == 0 {
+		// From the stream's last sequence, not "deliver new": an ordered
+		// consumer that resets before its first delivery is made again
+		// with the same policy, and "new" would skip what came between.
+		var err error
+		if after, err = c.LastSeq(ctx); err != nil {
+			return err
+		}
 	}
-	return c.follow(ctx, filter, info.CachedInfo().State.LastSeq, func(seq, _ uint64, ev *events.Event) (bool, error) {
+	return c.follow(ctx, filter, after, func(seq, _ uint64, ev *events.Event) (bool, error) {
 		return false, fn(seq, ev)
 	})
+}
+
+// LastSeq is the log's last sequence now: what a follower from here
+// (FollowNew) has seen already.
+func (c *Client) LastSeq(ctx context.Context) (uint64, error) {
+	info, err := c.bus.JetStream().Stream(ctx, events.EventStream)
+	if err != nil {
+		return 0, &events.Error{Code: events.CodeUnavailable, Message: "the log's last sequence: " + err.Error(), Err: err}
+	}
+	return info.CachedInfo().State.LastSeq, nil
 }
 
 // followHistory is follow for one aggregate's history (filter:

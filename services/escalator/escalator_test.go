@@ -49,7 +49,9 @@ func start(t *testing.T, yaml string) *stack {
 		return confirm.Run(ctx, rt, confirm.Config{})
 	})
 	servicetest.Start(t, env, "escalator", func(ctx context.Context, rt *service.Runtime) error {
-		return escalator.Run(ctx, rt, escalator.Config{ConfigFile: cfg})
+		// Presence replies come from this test's own connection: on a
+		// loaded machine later than the 250 ms a service waits by default.
+		return escalator.Run(ctx, rt, escalator.Config{ConfigFile: cfg, PresenceTimeout: 2 * time.Second})
 	})
 	s := &stack{env: env, bus: env.Bus(t), nc: env.Conn(t)}
 	// Ready when it answers its commands (and the router its own).

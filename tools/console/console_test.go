@@ -200,8 +200,12 @@ func TestConsoleInboxAnswersARun(t *testing.T) {
 	if err := do(ctx, chromedp.WaitVisible(chromedp.CSS(`#offer-`+confirmID))); err != nil {
 		t.Fatalf("the confirmation never appeared: %v", err)
 	}
-	if shown := time.Since(pausedAt); shown > time.Second {
-		t.Errorf("the confirmation appeared %s after the pause, want within 1 s", shown)
+	// Live: BENCHMARKS measures it (under 300 ms); 3 s here, for a
+	// browser and a race-built stack beside other tests on 2 cores.
+	shown := time.Since(pausedAt)
+	t.Logf("the confirmation appeared %s after the pause", shown.Round(time.Millisecond))
+	if shown > 3*time.Second {
+		t.Errorf("the confirmation appeared %s after the pause, want within 3 s", shown)
 	}
 	text, err := run(ctx, chromedp.Text(chromedp.CSS(`#offer-`+confirmID)))
 	if err != nil {
@@ -593,11 +597,11 @@ func TestRunTimelineIsLive(t *testing.T) {
 	r := startRig(t)
 	ctx := browser(t)
 	r.signIn(ctx, "Alice", alicePassword)
-	// The runs list, open before the run starts, shows it paused.
+	// The runs list, open before the run starts, shows it paused (its
+	// stream follows the log from where the page read it).
 	if err := do(ctx, chromedp.Navigate(r.url+"/runs"), chromedp.WaitReady(chromedp.CSS(`#runs`))); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the page has opened its stream (it follows what is stored from then on)
 	id := r.startRun(askSkill)
 	confirmID := runner.ConfirmID(id, 0, 1)
 	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -31,6 +31,15 @@ func rowOf(e readmodel.IndexEntry) runRow {
 const runsShown = 200
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session) {
+	// The live stream goes on from the log as it was before the index
+	// was read: nothing stored meanwhile is missed, whenever the page
+	// opens its stream (what the index had already is counted twice in
+	// a row's events at worst).
+	after, err := s.c.LastSeq(r.Context())
+	if err != nil {
+		http.Error(w, events.Message(err), statusOf(err))
+		return
+	}
 	entries, err := s.c.Index(r.Context(), "run")
 	if err != nil {
 		http.Error(w, events.Message(err), statusOf(err))
@@ -41,12 +50,13 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session)
 	for _, e := range entries[:min(len(entries), runsShown)] {
 		rows = append(rows, rowOf(e))
 	}
-	s.renderPage(w, "runs.html", "Runs", "runs", sess, map[string]any{"Runs": rows, "Total": len(entries)})
+	s.renderPage(w, "runs.html", "Runs", "runs", sess, map[string]any{"Runs": rows, "Total": len(entries), "After": after})
 }
 
 // runsEvents streams each run's row as its events are stored (an ordered
-// consumer of heed.run.*.> from now, deleted when the page goes). A burst
-// is sent at most every 100 ms per run.
+// consumer of heed.run.*.> after=SEQ, the log as the page read it, or
+// from now; deleted when the page goes). A burst is sent at most every
+// 100 ms per run.
 func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) {
 	out, ok := startSSE(w)
 	if !ok {
@@ -57,7 +67,8 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		err := s.c.FollowNew(ctx, "heed.run.*.>", func(_ uint64, ev *events.Event) error {
+		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64) // 0: from now
+		err := s.c.FollowNew(ctx, "heed.run.*.>", after, func(_ uint64, ev *events.Event) error {
 			select {
 			case msgs <- ev:
 				return nil

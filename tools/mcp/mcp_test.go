@@ -298,20 +298,35 @@ func TestPeopleAndChangesThroughMCP(t *testing.T) {
 	}
 	r.refused("confirmation_answer", map[string]any{"id": asked.ID, "choice": "cancel"}, "already answered")
 	// Asked and waited for: a person answers meanwhile.
+	// (The index lags the log: it polls until the question is listed.)
+	answeredElsewhere := make(chan error, 1)
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		index, err := r.c.Index(ctx, "confirm")
-		if err != nil {
-			return
-		}
-		for _, e := range index {
-			if e.Status == "pending" {
-				_, _ = r.c.Answer(ctx, command.AnswerConfirmation{ID: e.ID, Choice: "cancel", By: "user:alice", Channel: "web", Reason: "not now"})
+		answeredElsewhere <- func() error {
+			for ctx.Err() == nil {
+				index, err := r.c.Index(ctx, "confirm")
+				if err != nil {
+					return err
+				}
+				for _, e := range index {
+					if e.Status != "pending" {
+						continue
+					}
+					if st, err := r.c.Confirmation(ctx, e.ID); err != nil || st.Request == nil || st.Request.Message != "Shall I page the on-call?" {
+						continue // another question (the index lags the log)
+					}
+					_, err := r.c.Answer(ctx, command.AnswerConfirmation{ID: e.ID, Choice: "cancel", By: "user:alice", Channel: "web", Reason: "not now"})
+					return err
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
-		}
+			return ctx.Err()
+		}()
 	}()
 	var waited heedmcp.ConfirmRequestOut
 	r.must("confirmation_request", map[string]any{"message": "Shall I page the on-call?", "wait_s": 15}, &waited)
+	if err := <-answeredElsewhere; err != nil {
+		t.Errorf("alice's answer: %v", err)
+	}
 	if !waited.Answered || waited.Choice != "cancel" || waited.By != "user:alice" || waited.Reason != "not now" {
 		t.Errorf("confirmation_request with wait_s: %+v", waited)
 	}
