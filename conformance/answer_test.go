@@ -326,7 +326,8 @@ func checkNoDeadlineAction(t *testing.T, h *heed, id string, deadline time.Time)
 func TestAnswerRace(t *testing.T) {
 	h := startHeed(t)
 
-	// ask asks a question with a 3 s deadline and returns the deadline.
+	// ask asks a question with a 10 s deadline (the races must land
+	// before it on a loaded machine) and returns the deadline.
 	ask := func(t *testing.T, id string) time.Time {
 		t.Helper()
 		var rep struct {
@@ -338,13 +339,13 @@ func TestAnswerRace(t *testing.T) {
 		mustRequest(t, h.nc, "heed.cmd.confirm.request", map[string]any{
 			"id": id, "title": "Race", "message": "Who answers first?",
 			"options": []map[string]any{{"label": "Proceed", "value": "proceed"}, {"label": "Cancel", "value": "cancel"}},
-			"default": "cancel", "timeout_s": 3, "requester": agentName,
+			"default": "cancel", "timeout_s": 10, "requester": agentName,
 		}, &rep)
 		if rep.ID != id || rep.AnswerSubject != "heed.confirm."+id+".answered" {
 			t.Errorf("confirm.request replied %+v; want id %s, answer_subject heed.confirm.%s.answered", rep, id, id)
 		}
-		if d := rep.Deadline.Sub(asked); d < 2*time.Second || d > 5*time.Second {
-			t.Errorf("deadline %v is %v after the request; want about 3s", rep.Deadline, d)
+		if d := rep.Deadline.Sub(asked); d < 9*time.Second || d > 12*time.Second {
+			t.Errorf("deadline %v is %v after the request; want about 10s", rep.Deadline, d)
 		}
 		return rep.Deadline
 	}

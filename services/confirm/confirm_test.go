@@ -589,18 +589,20 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 
 	first := startRouterProc(t, bin, env.URL())
 	waitHealthy(t, nc, first)
-	req := ask(t, bus, id, events.ConfirmRequestedData{TimeoutS: 2, Default: "cancel"})
+	// A deadline of 5 s: room on a loaded machine to schedule it and kill
+	// the router before it fires.
+	req := ask(t, bus, id, events.ConfirmRequestedData{TimeoutS: 5, Default: "cancel"})
 	t0 := req.Time()
 
-	// The router schedules the deadline, then dies at about 1 s.
-	eventstest.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	// The router schedules the deadline, then dies at about 2 s.
+	eventstest.CheckFor(t, 4*time.Second, 10*time.Millisecond, func() error {
 		if _, ok := scheduled(t, bus, id); !ok {
 			return errors.New("no deadline scheduled yet")
 		}
 		return nil
 	})
-	time.Sleep(time.Until(t0.Add(time.Second)))
-	if time.Since(t0) > 1900*time.Millisecond {
+	time.Sleep(time.Until(t0.Add(2 * time.Second)))
+	if time.Since(t0) > 4500*time.Millisecond {
 		t.Fatalf("the router took %s to schedule the deadline; too slow to kill it before the deadline", time.Since(t0))
 	}
 	first.kill()
@@ -608,7 +610,7 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		t.Fatalf("before the deadline the confirmation's log is %v, want only the request", types(evs))
 	}
 
-	// With no router, the stream fires the deadline at 2 s (a plain
+	// With no router, the stream fires the deadline at 5 s (a plain
 	// message on heed.schedule.fired.confirm.<id>, not an event), and
 	// nobody answers.
 	var fired *jetstream.RawStreamMsg
@@ -618,8 +620,8 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		}
 		return nil
 	})
-	if d := fired.Time.Sub(t0); d < 2*time.Second {
-		t.Errorf("the deadline fired %s after the request, want 2 s", d)
+	if d := fired.Time.Sub(t0); d < 5*time.Second {
+		t.Errorf("the deadline fired %s after the request, want 5 s", d)
 	}
 	evs := logOf(t, bus, "confirm", id)
 	if len(evs) != 1 {
@@ -645,8 +647,8 @@ func TestDeadlineSurvivesRouterCrash(t *testing.T) {
 		t.Fatalf("log of %s = %v; want one expired event", id, types(evs))
 	}
 	exp := decode[events.ConfirmExpiredData](t, expired[0])
-	if exp.Default != "cancel" || exp.Deadline.Sub(t0).Round(time.Millisecond) != 2*time.Second {
-		t.Errorf("expired event = %+v; want default cancel and a deadline 2s after the request at %s", exp, t0)
+	if exp.Default != "cancel" || exp.Deadline.Sub(t0).Round(time.Millisecond) != 5*time.Second {
+		t.Errorf("expired event = %+v; want default cancel and a deadline 5s after the request at %s", exp, t0)
 	}
 	if expired[0].ID() != id+"/expired" {
 		t.Errorf("expired event id %q, want the deterministic %q", expired[0].ID(), id+"/expired")
@@ -698,9 +700,10 @@ func TestAnswerBeforeDeadlineCancelsIt(t *testing.T) {
 	start(t, env, router(confirm.Config{}))
 	bus := env.Bus(t)
 	const id = "c-early"
-	req := ask(t, bus, id, events.ConfirmRequestedData{TimeoutS: 2, Default: "cancel"})
+	// 5 s: the answer must land before the deadline on a loaded machine.
+	req := ask(t, bus, id, events.ConfirmRequestedData{TimeoutS: 5, Default: "cancel"})
 	t0 := req.Time()
-	eventstest.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	eventstest.CheckFor(t, 4*time.Second, 10*time.Millisecond, func() error {
 		if _, ok := scheduled(t, bus, id); !ok {
 			return errors.New("no deadline scheduled yet")
 		}
@@ -715,7 +718,7 @@ func TestAnswerBeforeDeadlineCancelsIt(t *testing.T) {
 	}
 	// A witness whose deadline falls after this one's has been applied:
 	// had this deadline not been purged, it would have fired by then.
-	witnessDeadline(t, bus, id+"-witness", t0.Add(2*time.Second))
+	witnessDeadline(t, bus, id+"-witness", t0.Add(5*time.Second))
 	if fired := firedDeadline(t, bus, id); fired != nil {
 		t.Errorf("the deadline fired at %s although the answer purged it", fired.Time)
 	}

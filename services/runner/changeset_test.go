@@ -236,7 +236,9 @@ func TestChangeSetReviewedAndAppliedOnceAcrossKill(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	writeTask(t, dir, task{Title: "login"})
-	tools := taskTools(t, dir, 400*time.Millisecond)
+	// Each call takes 1.5 s: the kill must land during one, on a loaded
+	// machine too (5 items applied after it: well within the 30 s wait).
+	tools := taskTools(t, dir, 1500*time.Millisecond)
 	h.changesets(tools)
 
 	prop := must[command.ProposeReply](h, command.ChangeSetPropose, command.ProposeChangeSet{Agent: "agent:laura", Subject: "task-42", Wake: "wake-1", Calls: wakeCalls()})
