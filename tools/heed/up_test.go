@@ -200,13 +200,7 @@ type heed struct {
 // freePort returns a loopback port nobody listens on right now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
+	return eventstest.FreePort(t) // below the ephemeral range: restarts find it free
 }
 
 // startHeed runs `heed up` on data and port and waits until it is ready.
