@@ -283,6 +283,7 @@ func TestReplayApplyWhileLive(t *testing.T) {
 	}
 	// Events keep arriving while the repair runs.
 	done := make(chan struct{})
+	t.Cleanup(func() { <-done }) // a Fatal below: the publisher ends before the test's connection
 	go func() {
 		defer close(done)
 		for i := 200; i < 400; i++ {

@@ -133,6 +133,7 @@ func TestAbandonIdleRuns(t *testing.T) {
 	h.waitRun(paused, 10*time.Second, "run.paused", hasType(events.RunPaused))
 	// A busy agent: an event every 300 ms for three idle times.
 	busyDone := make(chan struct{})
+	t.Cleanup(func() { <-busyDone }) // a Fatal below: the agent stops before the test's connection
 	go func() {
 		defer close(busyDone)
 		for i := range 15 {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -296,7 +297,12 @@ func TestHealthWhenDurableDeleted(t *testing.T) {
 	if out, code := status(); code != 0 {
 		t.Fatalf("heed status before: exit %d\n%s", code, out)
 	}
-	stop, done := make(chan struct{}), make(chan int)
+	stop, done := make(chan struct{}), make(chan int, 1)
+	var stopOnce sync.Once
+	stopFlow := func() { stopOnce.Do(func() { close(stop) }) }
+	// A test that ends early (a Fatal) stops the flow before its
+	// connection closes: a publish error after the end would panic.
+	t.Cleanup(func() { stopFlow(); <-done; done <- 0 })
 	go func() {
 		n := 0
 		defer func() { done <- n }()
@@ -337,8 +343,9 @@ func TestHealthWhenDurableDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
+	stopFlow()
 	n := <-done
+	done <- n // for the cleanup
 	waitIndexed(t, js, fmt.Sprintf("flow-%d", n), 1, fmt.Sprintf("flow-%d-e", n))
 	out, errOut, code := runCLI(t, "--nats-url", h.url, "replay")
 	if code != 0 {
