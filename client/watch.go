@@ -79,14 +79,17 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	}
 }
 
+// FromNow as FollowNew's after: what is stored from the call on.
+const FromNow = ^uint64(0)
+
 // FollowNew calls fn for each event stored on filter (any subjects:
-// heed.run.*.> for every run) after sequence after (0: after what the
-// stream holds now, LastSeq), in log order, until fn returns an error or
-// ctx ends. It holds an ordered consumer while it runs, deleted when it
+// heed.run.*.> for every run) after sequence after (FromNow: after what
+// the stream holds now, LastSeq), in log order, until fn returns an error
+// or ctx ends. It holds an ordered consumer while it runs, deleted when it
 // returns: for long watches across aggregates (one aggregate is followed
 // with FollowStored, which leaves nothing on the server).
 func (c *Client) FollowNew(ctx context.Context, filter string, after uint64, fn func(seq uint64, ev *events.Event) error) error {
-	if after == 0 {
+	if after == FromNow {
 		// From the stream's last sequence, not "deliver new": an ordered
 		// consumer that resets before its first delivery is made again
 		// with the same policy, and "new" would skip what came between.

@@ -107,6 +107,15 @@ func (s *kvStore) load(ctx context.Context, key string) (*envelope, error) {
 	return &env, nil
 }
 
+// BucketLeaderGet reads a key's last value and revision from the bucket
+// stream's leader (the stream API's message get: never a replica behind
+// it): nil and 0 when there is none (never written, deleted, purged or
+// removed by its TTL). For reads that decide who owns something (a
+// lease).
+func BucketLeaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
+	return leaderGet(ctx, js, bucket, key, nil)
+}
+
 // leaderGet reads a key's last value from the bucket stream's leader: rev
 // 0 when there is none (never written, deleted or purged). A KV get is a
 // direct get, which any replica of an R3 bucket may answer, a replica that

@@ -210,14 +210,17 @@ func (l *Lease) Keep(ctx context.Context) error {
 		case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
 			// A refresh that timed out here may have been stored after
 			// all: the lease is then still this instance's, at a later
-			// revision than it knew.
+			// revision than it knew. Read from the leader (a replica behind
+			// could show this instance's old value after a stand-by took
+			// over); lastOK stays: the next refresh, from the revision
+			// adopted, says whether the lease is kept.
 			rctx, cancel := context.WithTimeout(ctx, l.ttl/5)
-			e, gerr := l.kv.Get(rctx, l.key)
+			value, rev, gerr := events.BucketLeaderGet(rctx, l.js, LeaseBucket, l.key)
 			cancel()
-			if gerr != nil || !l.ours(e) {
+			if gerr != nil || rev <= l.rev || !l.ours(value) {
 				return ErrLeaseLost
 			}
-			l.rev, lastOK = e.Revision(), time.Now()
+			l.rev = rev
 		case time.Since(lastOK) >= l.ttl:
 			// Cut off from the cluster for the whole TTL: a stand-by may
 			// have taken over.
@@ -248,7 +251,7 @@ func (l *Lease) Release(ctx context.Context) {
 		if e, err = l.kv.Get(ctx, l.key); err != nil {
 			break
 		}
-		if !l.ours(e) {
+		if !l.ours(e.Value()) {
 			return // not ours any more
 		}
 		if err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision())); err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSequence(err) {
@@ -263,9 +266,9 @@ func (l *Lease) Release(ctx context.Context) {
 
 // ours says whether a lease value is this instance's (a holder's start
 // time, host and pid are its own).
-func (l *Lease) ours(e jetstream.KeyValueEntry) bool {
+func (l *Lease) ours(value []byte) bool {
 	var h LeaseHolder
-	return json.Unmarshal(e.Value(), &h) == nil && h.Host == l.holder.Host && h.PID == l.holder.PID && h.Since.Equal(l.holder.Since)
+	return json.Unmarshal(value, &h) == nil && h.Host == l.holder.Host && h.PID == l.holder.PID && h.Since.Equal(l.holder.Since)
 }
 
 // pidAlive reports whether a process with pid runs on this host.

@@ -112,3 +112,48 @@ func TestLargeSetStaysWritable(t *testing.T) {
 		t.Errorf("list: %d sets (%d more), item 1 %+v", len(list.Sets), list.More, list.Sets[0].Items[0].Args["title"])
 	}
 }
+
+// A set at the event limit whose decisions carry long reasons passes 900
+// KiB in all: the bucket and the status reply hold it fitted (long args
+// values cut, args_truncated), the history says the args were cut, and
+// the set still resolves in the read model.
+func TestSetOverTheLimitIsFitted(t *testing.T) {
+	r := newRig(t)
+	r.start("changesets")
+	doc := strings.Repeat("w", 88<<10) // a proposal just under the 900 KiB event limit
+	var calls []command.ProposedCall
+	for i := range events.MaxChangeItems {
+		calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(i), "body": doc}})
+	}
+	id := r.propose(command.ProposeChangeSet{Calls: calls}).Sets[0].ID
+	reason := strings.Repeat("x", 4000)
+	for i := 1; i <= events.MaxChangeItems; i++ {
+		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{i}, Verdict: events.VerdictRejected, Reason: reason, By: "user:alice"})
+	}
+	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		e, err := kv.Get(context.Background(), readmodel.ChangeSetKey(id))
+		if err != nil {
+			return fmt.Errorf("set %s not in the bucket: %v", id, err)
+		}
+		var st command.ChangeSetState
+		if !readmodel.Decode(e.Value(), &st) || st.Status != events.SetResolved {
+			return fmt.Errorf("set %s is %q in the bucket", id, st.Status)
+		}
+		if len(e.Value()) > 1<<20 || !st.Items[0].ArgsTruncated || st.Items[0].Args["title"] != "0" || st.Items[0].Reason != reason {
+			t.Fatalf("the bucket's set: %d bytes, item 1 cut %v, title %v, reason %d bytes", len(e.Value()), st.Items[0].ArgsTruncated, st.Items[0].Args["title"], len(st.Items[0].Reason))
+		}
+		return nil
+	})
+	st := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
+	if !st.Items[9].ArgsTruncated || st.Items[9].Args["title"] != "9" {
+		t.Errorf("status: item 10 cut %v, title %v", st.Items[9].ArgsTruncated, st.Items[9].Args["title"])
+	}
+	h := must[command.DecisionHistoryReply](r, command.ChangeSetHistory, command.DecisionHistoryRequest{Agent: "agent:laura", Limit: 100, BudgetTokens: 10000})
+	if len(h.Decisions) == 0 || !h.Decisions[len(h.Decisions)-1].ArgsTruncated {
+		t.Errorf("history: %d decisions, the last one's args not marked cut", len(h.Decisions))
+	}
+}

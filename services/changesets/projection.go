@@ -116,7 +116,7 @@ func (p *Projection) agent(ctx context.Context, s events.Store, st *command.Chan
 		c := stats.Tools[it.Tool]
 		if decided {
 			args, cut := historyArgs(it.Args)
-			rec := command.ChangeDecisionRecord{Set: st.ID, Item: it.Item, Subject: st.Proposal.Subject, Tool: it.Tool, Args: args, ArgsTruncated: cut, Summary: it.Summary,
+			rec := command.ChangeDecisionRecord{Set: st.ID, Item: it.Item, Subject: st.Proposal.Subject, Tool: it.Tool, Args: args, ArgsTruncated: cut || it.ArgsTruncated, Summary: it.Summary,
 				Verdict: it.Status, Reason: it.Reason, By: it.By, At: it.DecidedAt}
 			if it.Status == events.ItemExpired {
 				rec.At = st.ExpiredAt

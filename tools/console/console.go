@@ -312,12 +312,21 @@ func startSSE(w http.ResponseWriter) (*sse, bool) {
 }
 
 // send writes one event; data is JSON.
-func (e *sse) send(event string, data any) error {
+func (e *sse) send(event string, data any) error { return e.sendID(event, "", data) }
+
+// sendID sends an event with an id: the browser's reconnect sends the
+// last one back (Last-Event-ID), to go on from there.
+func (e *sse) sendID(event, id string, data any) error {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+	if id != "" {
+		_, err = fmt.Fprintf(e.w, "id: %s\nevent: %s\ndata: %s\n\n", id, event, b)
+	} else {
+		_, err = fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b)
+	}
+	if err != nil {
 		return err
 	}
 	e.f.Flush()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
@@ -63,14 +64,27 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 		return
 	}
 	ctx, stop := context.WithCancel(r.Context())
-	msgs := make(chan *events.Event, 4096)
+	type stored struct {
+		seq uint64
+		ev  *events.Event
+	}
+	msgs := make(chan stored, 4096)
+	// Where to go on from: a reconnect says what it was sent last
+	// (Last-Event-ID: the log position of the rows sent), a new page what
+	// it read (?after=), else from now.
+	after := heedclient.FromNow
+	if v, err := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64); err == nil {
+		after = v
+	}
+	if v, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
+		after = v
+	}
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64) // 0: from now
-		err := s.c.FollowNew(ctx, "heed.run.*.>", after, func(_ uint64, ev *events.Event) error {
+		err := s.c.FollowNew(ctx, "heed.run.*.>", after, func(seq uint64, ev *events.Event) error {
 			select {
-			case msgs <- ev:
+			case msgs <- stored{seq, ev}:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -84,6 +98,7 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 	defer func() { stop(); <-followed }()
 	rows := map[string]*runRow{}
 	dirty := map[string]bool{}
+	var last uint64 // the log position of the last event folded into rows
 	var mu sync.Mutex
 	flush := time.NewTicker(100 * time.Millisecond)
 	defer flush.Stop()
@@ -97,8 +112,10 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 			if out.ping() != nil {
 				return
 			}
-		case ev := <-msgs:
+		case m := <-msgs:
+			ev := m.ev
 			mu.Lock()
+			last = m.seq
 			row := rows[ev.Subject()]
 			if row == nil {
 				row = &runRow{ID: ev.Subject()}
@@ -113,7 +130,7 @@ func (s *Server) runsEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 		case <-flush.C:
 			mu.Lock()
 			for id := range dirty {
-				if out.send("run", map[string]string{"id": id, "html": s.fragment("runrow", *rows[id])}) != nil {
+				if out.sendID("run", strconv.FormatUint(last, 10), map[string]string{"id": id, "html": s.fragment("runrow", *rows[id])}) != nil {
 					mu.Unlock()
 					return
 				}

@@ -378,6 +378,9 @@ func printCard(w io.Writer, pal palette, st *command.ChangeSetState, cursor int)
 		if p := preview(&it); p != "" {
 			fmt.Fprintln(w, "      "+pal.dim(p))
 		}
+		if it.ArgsTruncated {
+			fmt.Fprintln(w, "      "+pal.dim("(args shortened: the set is too large to show whole; heed audit "+st.ID+" has them)"))
+		}
 	}
 }
 
