@@ -73,33 +73,9 @@ func TestLargeSetStaysWritable(t *testing.T) {
 	r := newRig(t)
 	r.start("changesets")
 	doc := strings.Repeat("y", 70<<10)
-	var calls []command.ProposedCall
-	for i := range events.MaxChangeItems {
-		calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(i), "body": doc}})
-	}
-	id := r.propose(command.ProposeChangeSet{Calls: calls}).Sets[0].ID
 	reason := strings.Repeat("because ", 500)[:3999] // 4,000 at most; no space at the end
-	for i := 1; i <= events.MaxChangeItems; i++ {
-		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{i}, Verdict: events.VerdictRejected, Reason: reason, By: "user:alice"})
-	}
-	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		e, err := kv.Get(context.Background(), readmodel.ChangeSetKey(id))
-		if err != nil {
-			return fmt.Errorf("set %s not in the bucket: %v", id, err)
-		}
-		var st command.ChangeSetState
-		if !readmodel.Decode(e.Value(), &st) {
-			return fmt.Errorf("set %s: not a set", id)
-		}
-		if st.Status != events.SetResolved {
-			return fmt.Errorf("set %s is %s in the bucket (%d bytes)", id, st.Status, len(e.Value()))
-		}
-		return nil
-	})
+	id := rejectLargeSet(r, doc, reason)
+	resolvedInBucket(t, r, id)
 	// The status reply holds it whole: 10 items of 70 KiB (each once) and
 	// ten reasons of 4,000 bytes are under the limit.
 	st := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
@@ -121,39 +97,56 @@ func TestSetOverTheLimitIsFitted(t *testing.T) {
 	r := newRig(t)
 	r.start("changesets")
 	doc := strings.Repeat("w", 88<<10) // a proposal just under the 900 KiB event limit
-	var calls []command.ProposedCall
-	for i := range events.MaxChangeItems {
-		calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(i), "body": doc}})
-	}
-	id := r.propose(command.ProposeChangeSet{Calls: calls}).Sets[0].ID
 	reason := strings.Repeat("x", 4000)
-	for i := 1; i <= events.MaxChangeItems; i++ {
-		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{i}, Verdict: events.VerdictRejected, Reason: reason, By: "user:alice"})
+	id := rejectLargeSet(r, doc, reason)
+	st, size := resolvedInBucket(t, r, id)
+	if size > 1<<20 || !st.Items[0].ArgsTruncated || st.Items[0].Args["title"] != "0" || st.Items[0].Reason != reason {
+		t.Fatalf("the bucket's set: %d bytes, item 1 cut %v, title %v, reason %d bytes", size, st.Items[0].ArgsTruncated, st.Items[0].Args["title"], len(st.Items[0].Reason))
 	}
-	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		e, err := kv.Get(context.Background(), readmodel.ChangeSetKey(id))
-		if err != nil {
-			return fmt.Errorf("set %s not in the bucket: %v", id, err)
-		}
-		var st command.ChangeSetState
-		if !readmodel.Decode(e.Value(), &st) || st.Status != events.SetResolved {
-			return fmt.Errorf("set %s is %q in the bucket", id, st.Status)
-		}
-		if len(e.Value()) > 1<<20 || !st.Items[0].ArgsTruncated || st.Items[0].Args["title"] != "0" || st.Items[0].Reason != reason {
-			t.Fatalf("the bucket's set: %d bytes, item 1 cut %v, title %v, reason %d bytes", len(e.Value()), st.Items[0].ArgsTruncated, st.Items[0].Args["title"], len(st.Items[0].Reason))
-		}
-		return nil
-	})
-	st := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
-	if !st.Items[9].ArgsTruncated || st.Items[9].Args["title"] != "9" {
-		t.Errorf("status: item 10 cut %v, title %v", st.Items[9].ArgsTruncated, st.Items[9].Args["title"])
+	status := must[command.ChangeSetState](r, command.ChangeSetStatus, command.ChangeSetStatusRequest{ID: id})
+	if !status.Items[9].ArgsTruncated || status.Items[9].Args["title"] != "9" {
+		t.Errorf("status: item 10 cut %v, title %v", status.Items[9].ArgsTruncated, status.Items[9].Args["title"])
 	}
 	h := must[command.DecisionHistoryReply](r, command.ChangeSetHistory, command.DecisionHistoryRequest{Agent: "agent:laura", Limit: 100, BudgetTokens: 10000})
 	if len(h.Decisions) == 0 || !h.Decisions[len(h.Decisions)-1].ArgsTruncated {
 		t.Errorf("history: %d decisions, the last one's args not marked cut", len(h.Decisions))
 	}
+}
+
+// rejectLargeSet proposes a set of MaxChangeItems items whose args carry
+// doc, and rejects each item with reason.
+func rejectLargeSet(r *rig, doc, reason string) string {
+	var calls []command.ProposedCall
+	for i := range events.MaxChangeItems {
+		calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(i), "body": doc}})
+	}
+	id := r.propose(command.ProposeChangeSet{Calls: calls}).Sets[0].ID
+	for i := 1; i <= events.MaxChangeItems; i++ {
+		must[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: id, Items: []int{i}, Verdict: events.VerdictRejected, Reason: reason, By: "user:alice"})
+	}
+	return id
+}
+
+// resolvedInBucket waits until heed_changesets holds set id resolved, and
+// returns it with the size of its value.
+func resolvedInBucket(t *testing.T, r *rig, id string) (command.ChangeSetState, int) {
+	t.Helper()
+	kv, err := r.bus.JetStream().KeyValue(context.Background(), readmodel.ChangeSetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st command.ChangeSetState
+	size := 0
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		e, err := kv.Get(context.Background(), readmodel.ChangeSetKey(id))
+		if err != nil {
+			return fmt.Errorf("set %s not in the bucket: %v", id, err)
+		}
+		st, size = command.ChangeSetState{}, len(e.Value())
+		if !readmodel.Decode(e.Value(), &st) || st.Status != events.SetResolved {
+			return fmt.Errorf("set %s is %q in the bucket (%d bytes)", id, st.Status, size)
+		}
+		return nil
+	})
+	return st, size
 }
