@@ -150,3 +150,30 @@ func resolvedInBucket(t *testing.T, r *rig, id string) (command.ChangeSetState, 
 	})
 	return st, size
 }
+
+// Sets that together pass what one reply holds: a list stops at 900 KiB
+// and counts the rest in more.
+func TestListStopsAtWhatAReplyHolds(t *testing.T) {
+	r := newRig(t)
+	r.start("changesets")
+	doc := strings.Repeat("v", 3<<10) // 30 KiB a set: not cut, 40 sets pass 900 KiB
+	const n = 40
+	for s := range n {
+		var calls []command.ProposedCall
+		for i := range events.MaxChangeItems {
+			calls = append(calls, command.ProposedCall{Tool: "set_task_title", Args: map[string]any{"title": fmt.Sprint(s, "-", i), "body": doc}})
+		}
+		r.propose(command.ProposeChangeSet{Calls: calls})
+	}
+	eventstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		list := must[command.ListChangeSetsReply](r, command.ChangeSetList, command.ListChangeSets{All: true})
+		if got := len(list.Sets) + list.More; got != n {
+			return fmt.Errorf("%d sets listed and %d more, want %d in all", len(list.Sets), list.More, n)
+		}
+		return nil
+	})
+	list := must[command.ListChangeSetsReply](r, command.ChangeSetList, command.ListChangeSets{All: true})
+	if list.More == 0 || len(list.Sets) == 0 || list.Sets[0].Items[0].ArgsTruncated {
+		t.Errorf("list: %d sets, %d more; want a part of them, whole", len(list.Sets), list.More)
+	}
+}

@@ -318,7 +318,11 @@ func listChanges(cmd *cobra.Command, g *globals, c *client, req command.ListChan
 			pal.status(strings.ReplaceAll(s.Status, "_", " ")), humanDuration(time.Since(s.ProposedAt).Round(time.Second))+" ago", expiresIn(&s))
 	}
 	t.Flush()
-	if rep.More > 0 {
+	switch {
+	case rep.More > 0 && req.Limit > 0 && len(rep.Sets) < req.Limit:
+		// Cut by size, not by --limit: a reply holds what fits in 900 KiB.
+		fmt.Fprintf(out, "(%d more: more than one reply holds; narrow with --agent or --subject)\n", rep.More)
+	case rep.More > 0:
 		fmt.Fprintf(out, "(%d more: --limit)\n", rep.More)
 	}
 	return nil
