@@ -100,13 +100,7 @@ func TestLeaseOneActiveInstance(t *testing.T) {
 // same host the new instance takes the lease at once (its holder's pid is
 // gone), not after the TTL.
 func TestLeaseOfADeadProcessOnThisHost(t *testing.T) {
-	env := eventstest.Start(t)
-	js, err := jetstream.New(env.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, js, ctx := leaseServer(t)
 	log := eventstest.Logger(t)
 	// A lease that lives a minute, held by a process of this host that
 	// has exited.
@@ -152,13 +146,7 @@ func TestLeaseOfADeadProcessOnThisHost(t *testing.T) {
 // revision the holder does not know; its next refresh is refused for the
 // wrong last sequence. The lease is still its own: it keeps it.
 func TestLeaseRefreshStoredUnseen(t *testing.T) {
-	env := eventstest.Start(t)
-	js, err := jetstream.New(env.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, js, ctx := leaseServer(t)
 	const ttl = 2 * time.Second // refreshes every 400 ms: room on a loaded machine
 	a, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "unseen", ttl, eventstest.Logger(t))
 	if err != nil {
@@ -184,4 +172,18 @@ func TestLeaseRefreshStoredUnseen(t *testing.T) {
 	if h, ok := service.ReadLease(ctx, js, "unseen"); !ok || h.PID != os.Getpid() {
 		t.Fatalf("the lease's holder: %+v %v", h, ok)
 	}
+}
+
+// leaseServer starts a server for a lease test: its JetStream and a
+// context of 30 s.
+func leaseServer(t *testing.T) (*eventstest.Env, jetstream.JetStream, context.Context) {
+	t.Helper()
+	env := eventstest.Start(t)
+	js, err := jetstream.New(env.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return env, js, ctx
 }

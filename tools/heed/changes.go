@@ -489,27 +489,17 @@ func reviewSet(ctx context.Context, c *client, id, who string, in *os.File, out 
 	// Hear decisions and results from anywhere, as the log stored them:
 	// the newest state waits in changed.
 	changed := make(chan *command.ChangeSetState, 1)
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		// A watch lost (NATS gone a while) is taken up again.
-		for wctx.Err() == nil {
-			_ = c.WatchChangeSet(wctx, id, func(now *command.ChangeSetState) error {
-				select {
-				case <-changed: // superseded before it was drawn
-				default:
-				}
-				changed <- now
-				return nil
-			})
+	defer keepWatching(ctx, func(wctx context.Context) bool {
+		_ = c.WatchChangeSet(wctx, id, func(now *command.ChangeSetState) error {
 			select {
-			case <-wctx.Done():
-			case <-time.After(time.Second):
+			case <-changed: // superseded before it was drawn
+			default:
 			}
-		}
-	}()
-	defer func() { stopWatch(); <-watchDone }()
+			changed <- now
+			return nil
+		})
+		return false
+	})()
 
 	old, err := term.MakeRaw(int(in.Fd()))
 	if err != nil {

@@ -55,23 +55,14 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 	// of the confirmation prompted by a published message could come
 	// before the store and miss the answer, and nothing comes after it.)
 	answered := make(chan *confirmation.State, 1)
-	wctx, stopWait := context.WithCancel(ctx)
-	waitDone := make(chan struct{})
-	go func() {
-		defer close(waitDone)
-		// A wait lost (NATS gone a while) is taken up again.
-		for wctx.Err() == nil {
-			if now, err := c.WaitAnswer(wctx, st.ID); err == nil && now.Answer != nil {
-				answered <- now
-				return
-			}
-			select {
-			case <-wctx.Done():
-			case <-time.After(time.Second):
-			}
+	defer keepWatching(ctx, func(wctx context.Context) bool {
+		now, err := c.WaitAnswer(wctx, st.ID)
+		if err != nil || now.Answer == nil {
+			return false
 		}
-	}()
-	defer func() { stopWait(); <-waitDone }()
+		answered <- now
+		return true
+	})()
 	// It may have been answered before we subscribed.
 	if now, err := c.Confirmation(ctx, st.ID); err == nil && now.Answer != nil {
 		return fromAnswer(now.Answer, start), nil
