@@ -116,8 +116,13 @@ func (c *Client) LastSeq(ctx context.Context) (uint64, error) {
 // followHistory is follow for one aggregate's history (filter:
 // heed.run.<id>.>), without a consumer: it reads what is stored with
 // direct gets (events.ReadHistory), and reads again when something is
-// published on filter, or after a while (a message published before the
-// subscription may be stored after the read; a reconnect may miss one).
+// published on filter (a few times: the stream may store it after the
+// read), when the connection is back after a reconnect (what was
+// published meanwhile was not heard), and otherwise after a while, backing
+// off to idleWait (a message published just before the subscription may
+// be stored after the first read; a slow subscription can drop one). An
+// idle follower (a finished run's page left open) costs a read every
+// idleWait, not one a second.
 func (c *Client) followHistory(ctx context.Context, filter string, after uint64, fn func(seq, later uint64, ev *events.Event) (done bool, err error)) error {
 	wake := make(chan struct{}, 1)
 	sub, err := c.nc.Subscribe(filter, func(*nats.Msg) {
@@ -130,7 +135,9 @@ func (c *Client) followHistory(ctx context.Context, filter string, after uint64,
 		return &events.Error{Code: events.CodeUnavailable, Message: "follow " + filter + ": " + err.Error(), Err: err}
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	const firstWait, maxWait = 5 * time.Millisecond, time.Second
+	connected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(connected)
+	const firstWait, idleWait = 5 * time.Millisecond, 30 * time.Second
 	wait := firstWait
 	type stored struct {
 		seq uint64
@@ -171,8 +178,13 @@ func (c *Client) followHistory(ctx context.Context, filter string, after uint64,
 			// Published, perhaps not yet stored: if this read misses it,
 			// the next comes soon after.
 			wait = firstWait
+		case <-connected:
+			// Reconnected: what was published while away was not heard.
+			// The read goes out after the subscription again (nats.go
+			// sends it under the lock it reports the status in).
+			wait = firstWait
 		case <-t.C:
-			wait = min(4*wait, maxWait)
+			wait = min(4*wait, idleWait)
 		}
 		t.Stop()
 	}
