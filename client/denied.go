@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/heedhq/heed/events"
 	"github.com/nats-io/nats.go"
@@ -24,6 +26,11 @@ var publishDenied = regexp.MustCompile(`(?i)permissions violation for publish to
 type denials struct {
 	mu      sync.Mutex
 	waiting map[string]map[*context.CancelCauseFunc]struct{}
+	// noConsumerDelete: this identity may not delete consumers (the
+	// console's and the bridges' roles). Their ordered consumers are left
+	// to expire once it was refused, so the server logs one violation per
+	// client, not one per watch.
+	noConsumerDelete atomic.Bool
 }
 
 // watch returns a context that is cancelled, with a forbidden error as its
@@ -57,6 +64,9 @@ func (d *denials) refused(err error) {
 	m := publishDenied.FindStringSubmatch(err.Error())
 	if m == nil {
 		return
+	}
+	if strings.HasPrefix(m[1], "$JS.API.CONSUMER.DELETE.") {
+		d.noConsumerDelete.Store(true)
 	}
 	denied := Forbidden(m[1])
 	d.mu.Lock()

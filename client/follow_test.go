@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/access"
 	"github.com/heedhq/heed/lib/embedded"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/nats-io/nats.go"
@@ -163,4 +166,76 @@ func mustConnect(t *testing.T, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// A role that may not delete consumers (the console's, a bridge's) is
+// refused once: later watches leave their consumers to expire without
+// asking, so the server does not log a violation per watch.
+func TestFollowNewAsksToDeleteOnceWhenRefused(t *testing.T) {
+	dir := t.TempDir()
+	conf, err := access.ServerConfig([]access.User{
+		{Name: "svc", Role: access.RoleService, Password: "svc-pw"},
+		{Name: "console", Role: access.RoleConsole, Password: "console-pw"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(dir, "heed.conf")
+	if err := os.WriteFile(confFile, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", ConfigFile: confFile, Logger: eventstest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	svc, err := nats.Connect(srv.URL(), nats.UserInfo("svc", "svc-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	v, err := events.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := events.NewBus(svc, events.NewCodec(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Provision(ctx, bus.JetStream(), events.DefaultTopology()); err != nil {
+		t.Fatal(err)
+	}
+
+	var refusedDeletes atomic.Int64
+	c, err := client.Connect(ctx, srv.URL(), client.Name("console-test"), client.NATSOptions{
+		nats.UserInfo("console", "console-pw"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if strings.Contains(err.Error(), "CONSUMER.DELETE") {
+				refusedDeletes.Add(1)
+			}
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	for i := range 3 {
+		id := fmt.Sprintf("del%d", i)
+		ask(t, ctx, bus, id)
+		fctx, stop := context.WithCancel(ctx)
+		err := c.FollowNew(fctx, events.SubjectFilter("confirm", id), 0, func(uint64, *events.Event) error {
+			stop() // seen: the watch ends, its consumer is left
+			return nil
+		})
+		if err != context.Canceled {
+			t.Fatalf("FollowNew %d = %v", i, err)
+		}
+		// The delete is asked for in the background.
+		time.Sleep(300 * time.Millisecond)
+	}
+	if got := refusedDeletes.Load(); got != 1 {
+		t.Errorf("%d consumer deletes refused for 3 watches, want 1 (then none asked for)", got)
+	}
 }

@@ -44,9 +44,10 @@ func (c *Client) follow(ctx context.Context, filter string, after uint64, fn fun
 	// Delete the consumer at once rather than leave it to expire: every
 	// consumer costs the stream on every message stored. In the
 	// background: a role without the delete permission (the console's, a
-	// bridge's) waits for no refusal; its consumer expires when inactive.
+	// bridge's) waits for no refusal, and after the first refusal it does
+	// not ask again; its consumers expire when inactive.
 	defer func() {
-		if info := cons.CachedInfo(); info != nil {
+		if info := cons.CachedInfo(); info != nil && !c.denied.noConsumerDelete.Load() {
 			go func() {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				_ = c.bus.JetStream().DeleteConsumer(dctx, events.EventStream, info.Name)
