@@ -1,6 +1,8 @@
 package command
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -156,18 +158,39 @@ type ChangeSetState struct {
 
 // ListChangeSets lists sets (heed.cmd.changeset.list): open ones (pending
 // or partially resolved) unless All; of one agent and/or subject when set;
-// newest first, at most Limit (default 100, at most 1,000).
+// newest first, at most Limit (default 100, at most 1,000). After, a
+// previous reply's Next, lists the sets that come after that reply's last
+// (the next page: sets proposed since do not shift it).
 type ListChangeSets struct {
 	Agent   string `json:"agent,omitempty"`
 	Subject string `json:"subject,omitempty"`
 	All     bool   `json:"all,omitempty"`
 	Limit   int    `json:"limit,omitempty"`
+	After   string `json:"after,omitempty"`
 }
 
-// ListChangeSetsReply is the sets found and how many more there were.
+// ListChangeSetsReply is the sets found and how many more there were;
+// with more, Next is the After of the next page.
 type ListChangeSetsReply struct {
 	Sets []ChangeSetState `json:"sets"`
 	More int              `json:"more,omitempty"`
+	Next string           `json:"next,omitempty"`
+}
+
+// ListCursor is the After that continues a list after st: its place in
+// the list's order (proposed time, then id).
+func ListCursor(st *ChangeSetState) string {
+	return strconv.FormatInt(st.ProposedAt.UnixNano(), 10) + "." + st.ID
+}
+
+// ParseListCursor reads a ListCursor.
+func ParseListCursor(s string) (proposedAt time.Time, id string, ok bool) {
+	ns, id, found := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !found || err != nil || !events.ValidID(id) {
+		return time.Time{}, "", false
+	}
+	return time.Unix(0, n).UTC(), id, true
 }
 
 // DecisionHistoryRequest asks for an agent's recent decisions

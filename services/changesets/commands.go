@@ -282,6 +282,14 @@ func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, er
 	if limit <= 0 {
 		limit = 100
 	}
+	var afterAt time.Time
+	var afterID string
+	if req.After != "" {
+		var ok bool
+		if afterAt, afterID, ok = command.ParseListCursor(req.After); !ok {
+			return nil, events.Errorf(events.CodeInvalidRequest, "after %q is not a list's next (give the next of the reply before)", req.After)
+		}
+	}
 	var sets []command.ChangeSetState
 	if !req.All {
 		sets = s.open.list(req.Agent, req.Subject)
@@ -297,6 +305,16 @@ func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, er
 			return nil, &events.Error{Code: events.CodeUnavailable, Message: "list " + readmodel.ChangeSetsBucket + ": " + err.Error(), Err: err}
 		}
 		sortNewest(sets)
+	}
+	if req.After != "" {
+		// The sets after the cursor's place in the order; the set there
+		// may have left the list (resolved) since.
+		at := command.ChangeSetState{ID: afterID, ProposedAt: afterAt}
+		if i := slices.IndexFunc(sets, func(s command.ChangeSetState) bool { return newestFirst(s, at) > 0 }); i >= 0 {
+			sets = sets[i:]
+		} else {
+			sets = nil
+		}
 	}
 	// Each set fitted, and no more than one reply holds.
 	shown, total := 0, 0
@@ -314,6 +332,9 @@ func (s *server) list(ctx context.Context, req *command.ListChangeSets) (any, er
 		shown++
 	}
 	reply := command.ListChangeSetsReply{Sets: sets[:shown], More: len(sets) - shown}
+	if reply.More > 0 && shown > 0 {
+		reply.Next = command.ListCursor(&sets[shown-1])
+	}
 	if reply.Sets == nil {
 		reply.Sets = []command.ChangeSetState{}
 	}

@@ -94,11 +94,12 @@ func matches(st *command.ChangeSetState, agent, subject string) bool {
 	return (agent == "" || st.Proposal.Agent == agent) && (subject == "" || st.Proposal.Subject == subject)
 }
 
-func sortNewest(sets []command.ChangeSetState) {
-	slices.SortFunc(sets, func(a, b command.ChangeSetState) int {
-		if c := b.ProposedAt.Compare(a.ProposedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+func sortNewest(sets []command.ChangeSetState) { slices.SortFunc(sets, newestFirst) }
+
+// newestFirst is the lists' order: newest first, then by id.
+func newestFirst(a, b command.ChangeSetState) int {
+	if c := b.ProposedAt.Compare(a.ProposedAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
 }

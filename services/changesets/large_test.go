@@ -176,4 +176,47 @@ func TestListStopsAtWhatAReplyHolds(t *testing.T) {
 	if list.More == 0 || len(list.Sets) == 0 || list.Sets[0].Items[0].ArgsTruncated {
 		t.Errorf("list: %d sets, %d more; want a part of them, whole", len(list.Sets), list.More)
 	}
+	// Each page goes on from the last: every set once, newest first, the
+	// open list (from memory) as the whole one (from the bucket).
+	for _, all := range []bool{true, false} {
+		var ids []string
+		var at []time.Time
+		req := command.ListChangeSets{All: all}
+		for page := 0; ; page++ {
+			if page > n {
+				t.Fatalf("all %v: more than %d pages", all, n)
+			}
+			list := must[command.ListChangeSetsReply](r, command.ChangeSetList, req)
+			for _, st := range list.Sets {
+				ids = append(ids, st.ID)
+				at = append(at, st.ProposedAt)
+			}
+			if list.More == 0 {
+				if list.Next != "" {
+					t.Errorf("all %v: the last page has next %q", all, list.Next)
+				}
+				break
+			}
+			if list.Next == "" || len(list.Sets) == 0 {
+				t.Fatalf("all %v: %d sets and %d more, next %q", all, len(list.Sets), list.More, list.Next)
+			}
+			req.After = list.Next
+		}
+		seen := map[string]bool{}
+		for i, id := range ids {
+			if seen[id] {
+				t.Errorf("all %v: %s listed twice", all, id)
+			}
+			seen[id] = true
+			if i > 0 && at[i].After(at[i-1]) {
+				t.Errorf("all %v: %s proposed after the set before it", all, id)
+			}
+		}
+		if len(seen) != n {
+			t.Errorf("all %v: %d sets over the pages, want %d", all, len(seen), n)
+		}
+	}
+	if _, e := call[command.ListChangeSetsReply](r, command.ChangeSetList, command.ListChangeSets{After: "12.not valid"}); e == nil || e.Code != events.CodeInvalidRequest || !strings.Contains(e.Message, "after") {
+		t.Errorf("a bad after: %v", e)
+	}
 }

@@ -59,7 +59,7 @@ func viewOf(st *command.ChangeSetState, who string) setView {
 
 func (s *Server) changesPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	all := r.URL.Query().Get("all") == "1"
-	rep, err := s.c.ChangeSets(r.Context(), command.ListChangeSets{All: all, Limit: 200})
+	rep, err := s.c.ChangeSets(r.Context(), command.ListChangeSets{All: all, Limit: 200, After: r.URL.Query().Get("after")})
 	if err != nil {
 		http.Error(w, events.Message(err), statusOf(err))
 		return
@@ -71,7 +71,7 @@ func (s *Server) changesPage(w http.ResponseWriter, r *http.Request, sess *sessi
 			views = append(views, viewOf(st, sess.user.Identity))
 		}
 	}
-	s.renderPage(w, "changes.html", "Change sets", "changes", sess, map[string]any{"Sets": views, "All": all, "More": rep.More})
+	s.renderPage(w, "changes.html", "Change sets", "changes", sess, map[string]any{"Sets": views, "All": all, "More": rep.More, "Next": rep.Next})
 }
 
 func (s *Server) changeSetPage(w http.ResponseWriter, r *http.Request, sess *session) {

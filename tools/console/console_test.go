@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -633,5 +634,47 @@ func TestRunTimelineIsLive(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("the timeline lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// The change sets page shows 200 sets at a time and links the older ones.
+func TestConsoleChangeSetsPageLinksOlderSets(t *testing.T) {
+	r := startRig(t)
+	alice, _ := r.client("Alice", alicePassword)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 201
+	for i := range n {
+		if _, err := r.c.ProposeChanges(ctx, command.ProposeChangeSet{Agent: "agent:laura", Subject: fmt.Sprintf("task-%d", i), Calls: []command.ProposedCall{
+			{Tool: "set_task_title", Args: map[string]any{"task": fmt.Sprintf("task-%d", i), "title": "Fix it"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cards := func(page string) int { return strings.Count(page, `<article class="card set `) }
+	var page string
+	eventstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		res, err := alice.Get(r.url + "/changes?all=1")
+		if err != nil {
+			return err
+		}
+		if page = readAll(t, res); cards(page) != 200 || !strings.Contains(page, "Older sets (1 more)") {
+			return fmt.Errorf("%d cards on the first page, want 200 and a link to 1 more", cards(page))
+		}
+		return nil
+	})
+	href := html.UnescapeString(between(page, `<a class="button" id="older" href="`, `"`))
+	if !strings.HasPrefix(href, "/changes?all=1&after=") {
+		t.Fatalf("the link to older sets: %q", href)
+	}
+	res, err := alice.Get(r.url + href)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := readAll(t, res)
+	if res.StatusCode != http.StatusOK || cards(older) != 1 || strings.Contains(older, `id="older"`) {
+		t.Fatalf("the older page: status %d, %d cards, want 1 and no further link", res.StatusCode, cards(older))
+	}
+	if last := between(older, `<h2 id="s-`, `"`); strings.Contains(page, `id="s-`+last+`"`) {
+		t.Errorf("set %s is on both pages", last)
 	}
 }

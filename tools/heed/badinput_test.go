@@ -90,6 +90,7 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"changes confirm: no items, no --all", []string{"changes", "confirm", "cs-x"}, "invalid_request", "name the items by number", false},
 		{"changes defer --all", []string{"changes", "defer", "cs-x", "--all"}, "invalid_request", "unknown flag: --all", true},
 		{"changes show: unknown set", []string{"changes", "show", "cs-nosuch"}, "not_found", `no change set "cs-nosuch"`, false},
+		{"changes list --after that no list gave", []string{"changes", "list", "--after", "page-2"}, "invalid_request", "after", false},
 		{"changes propose: an immediate tool", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", immediate}, "invalid_request", "call 1 (read_task): an immediate tool is not reviewed", false},
 		{"changes propose: not a list of calls", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", notCalls}, "invalid_request", "a JSON array of", false},
 		{"console: no users file", []string{"console"}, "invalid_request", "--users: the console needs a users file", false},

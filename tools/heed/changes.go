@@ -64,20 +64,25 @@ defer decide from scripts.`,
 	}
 	cmd.Flags().StringVar(&as, "as", "", "who decides (default $HEED_IDENTITY, else the current user)")
 
-	var agent, subject string
+	var agent, subject, after string
 	var all, listJSON bool
 	var limit int
 	list := &cobra.Command{
-		Use:   "list [--agent A] [--subject S] [--all]",
+		Use:   "list [--agent A] [--subject S] [--all] [--after NEXT]",
 		Short: "List change sets, newest first: open ones (pending, partially resolved) unless --all",
+		Long: `List change sets, newest first: open ones (pending, partially resolved)
+unless --all. A list longer than --limit, or than one reply holds (900 KiB),
+ends with how many more there are and the --after that shows the next page.`,
 		Example: `  heed changes list
   heed changes list --agent agent:laura --subject task-42
-  heed changes list --all --json | jq -r '.sets[].id'`,
+  heed changes list --all --json | jq -r '.sets[].id'
+  heed changes list --all --after 1764337200000000000.01jd9k2m`,
 		Args: cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
-			return listChanges(cmd, g, c, command.ListChangeSets{Agent: agent, Subject: subject, All: all, Limit: limit}, listJSON)
+			return listChanges(cmd, g, c, command.ListChangeSets{Agent: agent, Subject: subject, All: all, Limit: limit, After: after}, listJSON)
 		}),
 	}
+	list.Flags().StringVar(&after, "after", "", "the next page: the --after a list before ended with (its reply's next)")
 	list.Flags().StringVar(&agent, "agent", "", "only this agent's sets")
 	list.Flags().StringVar(&subject, "subject", "", "only sets about this subject (a task, a ticket, a repository)")
 	list.Flags().BoolVar(&all, "all", false, "resolved and expired sets too")
@@ -321,9 +326,9 @@ func listChanges(cmd *cobra.Command, g *globals, c *client, req command.ListChan
 	switch {
 	case rep.More > 0 && req.Limit > 0 && len(rep.Sets) < req.Limit:
 		// Cut by size, not by --limit: a reply holds what fits in 900 KiB.
-		fmt.Fprintf(out, "(%d more: more than one reply holds; narrow with --agent or --subject)\n", rep.More)
+		fmt.Fprintf(out, "(%d more: more than one reply holds; the next page: --after %s)\n", rep.More, rep.Next)
 	case rep.More > 0:
-		fmt.Fprintf(out, "(%d more: --limit)\n", rep.More)
+		fmt.Fprintf(out, "(%d more: --limit, or the next page: --after %s)\n", rep.More, rep.Next)
 	}
 	return nil
 }
