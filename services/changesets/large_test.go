@@ -11,6 +11,7 @@ import (
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/heedhq/heed/services/changesets"
 )
 
 // An agent whose items carry documents: its history stays under a bucket
@@ -110,6 +111,17 @@ func TestSetOverTheLimitIsFitted(t *testing.T) {
 	h := must[command.DecisionHistoryReply](r, command.ChangeSetHistory, command.DecisionHistoryRequest{Agent: "agent:laura", Limit: 100, BudgetTokens: 10000})
 	if len(h.Decisions) == 0 || !h.Decisions[len(h.Decisions)-1].ArgsTruncated {
 		t.Errorf("history: %d decisions, the last one's args not marked cut", len(h.Decisions))
+	}
+	// The fitted set is a projection like any other: rebuilt from the
+	// log, it is what the live projector stored, byte for byte.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := events.Replay(ctx, r.bus, &changesets.Projection{}, events.DefaultTopology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Identical() || rep.Keys < 2 { // set.<id>, the agent's decisions
+		t.Errorf("replay of the fitted set: %+v", rep)
 	}
 }
 
