@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -698,7 +699,14 @@ func runApproval(ctx context.Context, env *benchEnv) (*result, error) {
 	if _, _, err := c.roundTrip(ctx, rtRuns[:20], rtConfirms[:20]); err != nil { // warm-up
 		return nil, err
 	}
+	stopTraces, err := startTraces(ctx, env.cfg, rtN)
+	if err != nil {
+		return nil, err
+	}
 	rt, trips, err := c.roundTrip(ctx, rtRuns[20:], rtConfirms[20:])
+	if terr := stopTraces(); terr != nil {
+		env.logf("approval: trace: %v", terr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -824,13 +832,48 @@ func cpuPer(d time.Duration, n int) string {
 	return fmt.Sprintf("%.2f s (%.2f ms a run)", d.Seconds(), float64(d.Microseconds())/1000/float64(n))
 }
 
-// fetchHeap saves heed up's heap profile (after a GC) from its pprof
-// listener: what holds the memory of the pending confirmations.
-func fetchHeap(ctx context.Context, addr, path string) error {
-	if addr == "" {
-		return errors.New("-up-heapprofile needs -up-pprof")
+// startTraces starts the execution traces asked for (-up-trace: heed
+// up's, from its pprof listener, for about as long as n round trips
+// take; -trace: the bench's own) and returns what ends them.
+func startTraces(ctx context.Context, cfg config, n int) (stop func() error, err error) {
+	var stops []func() error
+	if cfg.selfTrace != "" {
+		f, err := os.Create(cfg.selfTrace)
+		if err != nil {
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stops = append(stops, func() error { trace.Stop(); return f.Close() })
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if cfg.upTrace != "" {
+		if cfg.upPprof == "" {
+			return nil, errors.New("-up-trace needs -up-pprof")
+		}
+		// About 2 ms a round trip; the trace ends on its own.
+		secs := max(1, (n*2+999)/1000)
+		done := make(chan error, 1)
+		go func() {
+			done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", cfg.upPprof, secs), cfg.upTrace)
+		}()
+		// The trace has begun once the server got the request.
+		time.Sleep(100 * time.Millisecond)
+		stops = append(stops, func() error { return <-done })
+	}
+	return func() error {
+		var errs []error
+		for _, s := range stops {
+			errs = append(errs, s())
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// fetchTo saves what url serves to path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -839,6 +882,9 @@ func fetchHeap(ctx context.Context, addr, path string) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -848,6 +894,15 @@ func fetchHeap(ctx context.Context, addr, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// fetchHeap saves heed up's heap profile (after a GC) from its pprof
+// listener: what holds the memory of the pending confirmations.
+func fetchHeap(ctx context.Context, addr, path string) error {
+	if addr == "" {
+		return errors.New("-up-heapprofile needs -up-pprof")
+	}
+	return fetchTo(ctx, "http://"+addr+"/debug/pprof/heap?gc=1", path)
 }
 
 // settle waits until every consumer of the event stream has caught up

@@ -71,6 +71,8 @@ type config struct {
 	tripsOut            string
 	approvalURL         string
 	upHeap              string
+	upTrace             string
+	selfTrace           string
 	approvals           int
 	roundTrips          int
 	pending             int
@@ -97,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.heedBin, "heed", "", "the heed binary the approval section runs as `heed up` (default: heed next to heed-bench, i.e. bin/heed)")
 	fs.StringVar(&c.upPprof, "up-pprof", "", "approval section: give heed up a pprof listener on this host:port (--pprof-listen)")
 	fs.StringVar(&c.upHeap, "up-heapprofile", "", "approval section: save heed up's heap profile with the pending confirmations held, at rest, to this file (needs -up-pprof)")
+	fs.StringVar(&c.upTrace, "up-trace", "", "approval section: save heed up's Go execution trace of the measured round trips to this file (needs -up-pprof; go tool trace FILE, or go tool trace -pprof=sched FILE for where goroutines waited to run)")
+	fs.StringVar(&c.selfTrace, "trace", "", "approval section: save the bench's own Go execution trace of the measured round trips (the requester's side) to this file")
 	fs.StringVar(&c.upArgs, "up-args", "", "approval section: more arguments for heed up, space-separated")
 	fs.IntVar(&c.escWindows, "esc-windows", 0, "escalation section: after the paced load, this many more paced windows (4 s at the same rate, each once the consumers caught up), printed one by one: whether a request costs the same as escalations and held requests accumulate")
 	fs.StringVar(&c.tripsOut, "trips-out", "", "approval section: write every measured round trip to this file (CSV: when sent, and its hops in µs), to line slow ones up with heed up's GODEBUG=gctrace=1 or a trace; the escalation section writes its paced requests to FILE-escalation.csv")
