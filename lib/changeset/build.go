@@ -52,6 +52,9 @@ func Items(reg *tool.Registry, calls []command.ProposedCall) ([]events.ChangeIte
 		}
 		x := spec.Explode
 		if x == nil {
+			if err := spec.CheckArgs(args); err != nil {
+				return nil, &BuildError{i, c.Tool, err.Error()}
+			}
 			out = append(out, item(spec, args, c.Summary, c.Before, "", spec.Group))
 			continue
 		}
@@ -69,12 +72,15 @@ func Items(reg *tool.Registry, calls []command.ProposedCall) ([]events.ChangeIte
 		if group == "" {
 			group = c.Tool
 		}
-		for _, el := range list {
+		for j, el := range list {
 			a := maps.Clone(rest)
 			if m, ok := el.(map[string]any); ok {
 				maps.Copy(a, m)
 			} else {
 				a["item"] = el
+			}
+			if err := one.CheckArgs(a); err != nil {
+				return nil, &BuildError{i, c.Tool, fmt.Sprintf("args.%s[%d]: %v", x.Field, j, err)}
 			}
 			out = append(out, item(one, a, "", nil, c.Tool, group))
 		}

@@ -107,3 +107,34 @@ func TestHistoryKeepsToItsBudget(t *testing.T) {
 		t.Errorf("%d tokens, %d used, %d omitted:\n%s", changeset.Tokens(text), len(used), omitted, text)
 	}
 }
+
+// A call without an argument its tool's argv needs is refused when
+// proposed: confirmed later, it would have run against an empty word.
+func TestItemsNeedTheArgsTheirToolRenders(t *testing.T) {
+	reg, err := tool.Load("t.yaml", []byte(`tools:
+  set_title: {command: a, review: deferred, args: ["title", "{{ args.task }}", "{{ args.title }}"]}
+  add_items: {command: a, review: deferred, explode: {field: items, tool: add_item}}
+  add_item: {command: a, args: ["add", "{{ args.task }}", "{{ args.title }}", "{{ args.note ?? \"\" }}"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		call command.ProposedCall
+		want string
+	}{
+		"no task": {command.ProposedCall{Tool: "set_title", Args: map[string]any{"title": "Fix login bug"}},
+			"call 2 (set_title): tool set_title args[1]: {{ args.task }} has no value"},
+		"an element without its title": {command.ProposedCall{Tool: "add_items", Args: map[string]any{"task": "t1", "items": []any{map[string]any{"title": "a"}, map[string]any{"note": "b"}}}},
+			"call 2 (add_items): args.items[1]: tool add_item args[2]: {{ args.title }} has no value"},
+	} {
+		ok := command.ProposedCall{Tool: "set_title", Args: map[string]any{"task": "t1", "title": "T"}}
+		if _, err := changeset.Items(reg, []command.ProposedCall{ok, c.call}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	items, err := changeset.Items(reg, []command.ProposedCall{{Tool: "add_items", Args: map[string]any{"task": "t1", "items": []any{map[string]any{"title": "a"}}}}})
+	if err != nil || len(items) != 1 {
+		t.Errorf("an element with what its tool needs (the note may be left out): %v %+v", err, items)
+	}
+}

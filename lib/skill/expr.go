@@ -87,6 +87,38 @@ func (t *Template) Render(env map[string]any) (any, error) {
 	return b.String(), nil
 }
 
+// NoValueError is a template expression that gave nothing (nil): an
+// argument the call does not have.
+type NoValueError struct {
+	Expr string // the expression's source, e.g. args.task
+}
+
+func (e *NoValueError) Error() string {
+	return fmt.Sprintf("{{ %s }} has no value (give it, or write {{ %s ?? \"\" }} where it may be left out)", e.Expr, e.Expr)
+}
+
+// RenderArg renders the template to one string where every expression
+// must give a value: an argv element, where an argument left out must
+// not become an empty word silently (a tool run against task "").
+func (t *Template) RenderArg(env map[string]any) (string, error) {
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.expr == nil {
+			b.WriteString(p.lit)
+			continue
+		}
+		v, err := p.expr.Eval(env)
+		if err != nil {
+			return "", err
+		}
+		if v == nil {
+			return "", &NoValueError{Expr: strings.TrimSpace(p.expr.Src)}
+		}
+		b.WriteString(Stringify(v))
+	}
+	return b.String(), nil
+}
+
 // RenderString renders and converts the result to a string.
 func (t *Template) RenderString(env map[string]any) (string, error) {
 	v, err := t.Render(env)

@@ -13,24 +13,45 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/heedhq/heed/lib/skill"
 )
 
-// runExec runs an exec tool without a shell: every argv template renders to
-// exactly one argv element, so no value can add words or run code.
-func runExec(ctx context.Context, s *Spec, c Call) Result {
+// renderArgv renders the argv templates for a call: each to exactly one
+// word, and every expression must give a value (an argument the call
+// left out is an error, not an empty word).
+func (s *Spec) renderArgv(c Call) ([]string, error) {
 	env := map[string]any{
 		"args": c.Args,
 		"run":  map[string]any{"id": c.RunID, "step": c.Step, "attempt": c.Attempt, "idempotency_key": c.IdempotencyKey},
 	}
 	argv := make([]string, 0, len(s.argv))
 	for i, t := range s.argv {
-		v, err := t.Render(env)
+		v, err := t.RenderArg(env)
 		if err != nil {
-			return Result{Err: &Error{Kind: "template", Message: fmt.Sprintf("tool %s args[%d]: %v", s.Name, i, err)}}
+			return nil, fmt.Errorf("tool %s args[%d]: %w", s.Name, i, err)
 		}
-		argv = append(argv, skill.Stringify(v))
+		argv = append(argv, v)
+	}
+	return argv, nil
+}
+
+// CheckArgs says whether a call with args can be made: for an exec tool,
+// every argv template renders (a change item is refused when proposed,
+// not when applied after someone confirmed it). A NATS tool takes any
+// args (its service judges them).
+func (s *Spec) CheckArgs(args map[string]any) error {
+	if s.Kind != KindExec {
+		return nil
+	}
+	_, err := s.renderArgv(Call{Args: args, RunID: "check", Step: "check", Attempt: 1, IdempotencyKey: "check"})
+	return err
+}
+
+// runExec runs an exec tool without a shell: every argv template renders to
+// exactly one argv element, so no value can add words or run code.
+func runExec(ctx context.Context, s *Spec, c Call) Result {
+	argv, err := s.renderArgv(c)
+	if err != nil {
+		return Result{Err: &Error{Kind: "template", Message: err.Error()}}
 	}
 	cmd := exec.Command(s.program, argv...)
 	// Its own process group (a timeout kills the whole group), and killed
@@ -65,7 +86,6 @@ func runExec(ctx context.Context, s *Spec, c Call) Result {
 		}
 		return Result{Err: &Error{Kind: kind, Message: fmt.Sprintf("tool %s: cannot start %s: %v", s.Name, s.program, err)}}
 	}
-	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():

@@ -115,7 +115,11 @@ tools:
   argv_more:
     command: SELF
     set_env: {GORACE: "atexit_sleep_ms=0", HEED_ARGV_HELPER: "1"}
-    args: ["--n={{ args.n }}", "{{ args.n }}", "{{ args.obj }}", "{{ run.idempotency_key }}", "{{ args.missing }}"]
+    args: ["--n={{ args.n }}", "{{ args.n }}", "{{ args.obj }}", "{{ run.idempotency_key }}", "{{ args.missing ?? \"\" }}"]
+  argv_needs:
+    command: SELF
+    set_env: {GORACE: "atexit_sleep_ms=0", HEED_ARGV_HELPER: "1"}
+    args: ["--task", "{{ args.task }}"]
 `)
 	values := []string{
 		"; rm -rf /",
@@ -161,6 +165,20 @@ tools:
 	want := []string{"--n=3", "3", `{"k":"v w"}`, "run1/4/2", ""}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("argv = %q, want %q", got, want)
+	}
+
+	// An argument the call left out is an error, not an empty word: the
+	// tool does not run.
+	res = invoke(t, reg, "argv_needs", map[string]any{"title": "Fix login bug"})
+	if res.Err == nil || res.Err.Kind != "template" || !strings.Contains(res.Err.Message, "tool argv_needs args[1]: {{ args.task }} has no value") {
+		t.Errorf("a call without args.task: %v (output %v)", res.Err, res.Output)
+	}
+	spec, _ := reg.Get("argv_needs")
+	if err := spec.CheckArgs(map[string]any{"title": "x"}); err == nil {
+		t.Error("CheckArgs passes a call without args.task")
+	}
+	if err := spec.CheckArgs(map[string]any{"task": "t1"}); err != nil {
+		t.Errorf("CheckArgs of a whole call: %v", err)
 	}
 }
 

@@ -87,7 +87,7 @@ const testTools = `
   sleeper:
     command: SELF
     set_env: {GORACE: "atexit_sleep_ms=0", HEED_SLEEP_HELPER: "1"}
-    args: ["{{ args.duration }}", "{{ args.pidfile }}"]
+    args: ["{{ args.duration }}", "{{ args.pidfile ?? \"\" }}"]
   always_fails:
     command: SELF
     set_env: {GORACE: "atexit_sleep_ms=0", HEED_FAIL_HELPER: "1"}

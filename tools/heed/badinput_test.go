@@ -44,6 +44,10 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	if err := os.WriteFile(immediate, []byte(`[{"tool":"read_task","args":{"task":"t1"}}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noTask := filepath.Join(dir, "calls-notask.json")
+	if err := os.WriteFile(noTask, []byte(`[{"tool":"set_task_title","args":{"title":"Fix login bug"}}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	notCalls := filepath.Join(dir, "calls-bad.json")
 	if err := os.WriteFile(notCalls, []byte(`{"tool":"set_task_title"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -89,6 +93,7 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 		{"changes reject: item 11", []string{"changes", "reject", "cs-x", "11"}, "invalid_request", `item "11": use the item's number, 1 to 10`, false},
 		{"changes confirm: no items, no --all", []string{"changes", "confirm", "cs-x"}, "invalid_request", "name the items by number", false},
 		{"changes defer --all", []string{"changes", "defer", "cs-x", "--all"}, "invalid_request", "unknown flag: --all", true},
+		{"changes propose: an argument its tool needs left out", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", noTask}, "invalid_request", "call 1 (set_task_title): tool set_task_title args[1]: {{ args.task }} has no value", false},
 		{"changes show: unknown set", []string{"changes", "show", "cs-nosuch"}, "not_found", `no change set "cs-nosuch"`, false},
 		{"changes list --after that no list gave", []string{"changes", "list", "--after", "page-2"}, "invalid_request", "after", false},
 		{"changes propose: an immediate tool", []string{"changes", "propose", "--agent", "agent:a", "--subject", "t1", "--calls", immediate}, "invalid_request", "call 1 (read_task): an immediate tool is not reviewed", false},

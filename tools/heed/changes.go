@@ -233,13 +233,14 @@ func newProposeCmd(g *globals) *cobra.Command {
 		Use:   "propose --agent A --subject S --calls FILE",
 		Short: "Propose calls of deferred tools for review (what an agent does at the end of a wake)",
 		Long: `Propose calls of deferred tools for review. FILE (- for stdin) holds a JSON
-array of calls: [{"tool": "set_task_title", "args": {"title": "Fix login
-bug"}, "summary": "…", "before": {"title": "login"}}]. Each call becomes an
-item (a batch tool's call one item per element); more than 10 items are
-split into parts. A call of an immediate or unknown tool refuses the whole
-proposal (exit 2).`,
+array of calls: [{"tool": "set_task_title", "args": {"task": "task-42",
+"title": "Fix login bug"}, "summary": "…", "before": {"title": "login"}}].
+Each call becomes an item (a batch tool's call one item per element); more
+than 10 items are split into parts. A call of an immediate or unknown tool,
+or one without an argument its tool needs, refuses the whole proposal
+(exit 2).`,
 		Example: `  heed changes propose --agent agent:laura --subject task-42 --calls calls.json
-  echo '[{"tool":"set_task_title","args":{"title":"Fix login bug"}}]' | heed changes propose --agent agent:laura --subject task-42 --calls -`,
+  echo '[{"tool":"set_task_title","args":{"task":"task-42","title":"Fix login bug"}}]' | heed changes propose --agent agent:laura --subject task-42 --calls -`,
 		Args: cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client) error {
 			var b []byte

@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
 
 	"github.com/heedhq/heed/events"
 )
 
 // whoami names the person at the terminal: $HEED_IDENTITY as it is (the
-// identity approver tiers name), else user:<login>.
+// identity approver tiers name), else user:<login> ($HEED_USER, $USER,
+// $LOGNAME, else the account the process runs as).
 func whoami() string {
 	if v := os.Getenv("HEED_IDENTITY"); v != "" {
 		return v
@@ -20,7 +23,12 @@ func whoami() string {
 			return "user:" + v
 		}
 	}
-	return "user:unknown"
+	// Containers, systemd units and cron set none of them: the account
+	// the process runs as is still someone (the audit says who).
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "user:" + u.Username
+	}
+	return "user:uid-" + strconv.Itoa(os.Getuid())
 }
 
 // parseKV turns k=v flags into a map; values stay strings unless --json
