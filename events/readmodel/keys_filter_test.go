@@ -49,3 +49,30 @@ func TestWatchFiltersSelectTheirKeys(t *testing.T) {
 		}
 	}
 }
+
+// Different operations, environments or scopes never share a decision
+// record; plain names keep the keys they always had.
+func TestDecisionKeysAreOneToOne(t *testing.T) {
+	names := []string{"", "_", "*", "/", "//", "=2F", ".", "=", "=5F", "wipe.db", "wipe_db", "wipe=2Edb", "staging.eu", "staging_eu", "a b", "ä", "user:alice"}
+	seen := map[string]string{}
+	for _, op := range names {
+		for _, env := range []string{"production", "prod.eu", "prod_eu"} {
+			for _, scope := range names {
+				k := EscalationDecisionKey(op, env, scope)
+				if prev, ok := seen[k]; ok {
+					t.Errorf("%q and %q share the key %s", prev, op+"|"+env+"|"+scope, k)
+				}
+				seen[k] = op + "|" + env + "|" + scope
+				if strings.Count(k, ".") != 3 || strings.Contains(k, "..") {
+					t.Errorf("%s is not four tokens", k)
+				}
+			}
+		}
+	}
+	if got := EscalationDecisionKey("deploy_prod", "production", "service-api"); got != "op.deploy_prod.production.service-api" {
+		t.Errorf("a plain name's key changed: %s", got)
+	}
+	if got := DecisionKey("release_prod/confirm_release", ""); got != "op.release_prod/confirm_release._" {
+		t.Errorf("DecisionKey = %s", got)
+	}
+}

@@ -3,8 +3,8 @@ package readmodel
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -269,8 +269,6 @@ func (s EscalationStats) AvoidedShare() float64 {
 	return float64(s.Avoided) / float64(n)
 }
 
-var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
 // DecisionCacheKeys is the KV key filter of heed_decisions' decision
 // cache alone (DecisionKey, EscalationDecisionKey): the bucket's other keys
 // (req.<confirm-id>, one kept for every confirmation ever asked; run.<id>;
@@ -282,14 +280,33 @@ func DecisionKey(operation, scope string) string {
 	return "op." + keyToken(operation) + "." + keyToken(scope)
 }
 
-// keyToken is s as one token of a key: what a key may not hold replaced,
-// and an empty s (an escalation may name no scope) as "_", since a key may
-// not end in a dot or hold two in a row.
+// keyToken is s as one token of a key, one to one, so that two
+// operations, environments or scopes never share a record (wipe.db and
+// wipe_db, a scope "*" and none): letters, digits, '-', '_' and '/' (a
+// skill step's operation, skill/step) as they are, any other byte as =XX,
+// an empty s (an escalation may name no scope) as "_", since a key may not
+// end in a dot or hold two in a row, and a lone "_" as "=5F".
 func keyToken(s string) string {
-	if s == "" {
+	switch s {
+	case "":
 		return "_"
+	case "_":
+		return "=5F"
 	}
-	return keyUnsafe.ReplaceAllString(s, "_")
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('=')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
 
 // EscalationDecisionKey is the heed_decisions key of an escalated

@@ -306,7 +306,7 @@ func TestDecisionScoring(t *testing.T) {
 	if _, ok := s["run.run"+fmt.Sprint(n)]; !ok {
 		t.Error("an approved run without an outcome is not remembered")
 	}
-	if readmodel.DecisionKey("a/b.c", "prod env") != "op.a_b_c.prod_env" {
+	if readmodel.DecisionKey("a/b.c", "prod env") != "op.a/b=2Ec.prod=20env" {
 		t.Errorf("DecisionKey = %s", readmodel.DecisionKey("a/b.c", "prod env"))
 	}
 }
