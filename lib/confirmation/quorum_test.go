@@ -81,6 +81,8 @@ func TestApproversAndQuorum(t *testing.T) {
 			[]events.ConfirmAnsweredData{vote("mallory", "approve"), vote("carol", "deny")}, []string{"not_allowed", "effect"}, "carol"},
 		{"the deadline answers for the approvers", quorumRequest(0), true, []events.ConfirmAnsweredData{timeout}, []string{"effect"}, "heed/confirm-router"},
 		{"a timeout before the deadline is not the deadline's", quorumRequest(0), false, []events.ConfirmAnsweredData{timeout}, []string{"not_allowed"}, ""},
+		{"an agent naming an approver is not one (heed.cmd.run.continue)", quorumRequest(0), false,
+			[]events.ConfirmAnsweredData{{Choice: "approve", Method: events.MethodAgent, By: "alice"}, vote("alice", "approve")}, []string{"not_allowed", "effect"}, "alice"},
 		{"the router's error answer (safest option)", quorumRequest(0), false,
 			[]events.ConfirmAnsweredData{{Choice: "deny", Method: events.MethodError, By: "heed/confirm-router"}}, []string{"effect"}, "heed/confirm-router"},
 		{"an error answer with another choice is not the router's", quorumRequest(0), false,

@@ -32,18 +32,22 @@ func (c *commands) registerAgentPath(ctx context.Context, svc micro.Service) err
 	}{
 		{"agent-start", command.RunStart, command.AgentHandler(ctx, v, command.RunStart, commandTimeout, c.agentStart)},
 		{"agent-continue", command.RunContinue, command.AgentHandler(ctx, v, command.RunContinue, commandTimeout, func(ctx context.Context, agent string, req *command.ContinueRun) (any, error) {
+			if err := actingAs(agent, command.RunContinue, &req.By); err != nil {
+				return nil, err
+			}
 			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.continueRun)(ctx, req) })
 		})},
 		{"agent-retry", command.RunRetry, command.AgentHandler(ctx, v, command.RunRetry, commandTimeout, func(ctx context.Context, agent string, req *command.RetryStep) (any, error) {
+			if err := actingAs(agent, command.RunRetry, &req.By); err != nil {
+				return nil, err
+			}
 			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.retry)(ctx, req) })
 		})},
 		{"agent-cancel", command.RunCancel, command.AgentHandler(ctx, v, command.RunCancel, commandTimeout, func(ctx context.Context, agent string, req *command.CancelRun) (any, error) {
-			return c.asOwner(ctx, agent, req.RunID, func() (any, error) {
-				if req.By == "" {
-					req.By = agent
-				}
-				return retrying(c.cancel)(ctx, req)
-			})
+			if err := actingAs(agent, command.RunCancel, &req.By); err != nil {
+				return nil, err
+			}
+			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.cancel)(ctx, req) })
 		})},
 		{"agent-get", command.RunGet, command.AgentHandler(ctx, v, command.RunGet, commandTimeout, func(ctx context.Context, agent string, req *command.GetRun) (any, error) {
 			return c.readRun(ctx, req, agent)
@@ -52,6 +56,20 @@ func (c *commands) registerAgentPath(ctx context.Context, svc micro.Service) err
 		if err := svc.AddEndpoint(ep.name, ep.h, on(ep.subject)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// actingAs makes by the agent's name: on its own path an agent acts as
+// itself (the subject names it; NATS permissions keep it there), so a by
+// naming anyone else is refused rather than recorded.
+func actingAs(agent, subject string, by *string) error {
+	switch *by {
+	case "":
+		*by = agent
+	case agent:
+	default:
+		return events.Errorf(events.CodeForbidden, "on %s you act as %s; by %q is someone else", command.AsAgent(agent, subject), agent, *by)
 	}
 	return nil
 }

@@ -2,12 +2,14 @@ package runner_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/services/runner"
 	"github.com/nats-io/nats.go/micro"
@@ -123,6 +125,12 @@ steps:
 		t.Errorf("alice starting a run of bob's: %s %s", code, out)
 	}
 
+	// On her own path alice answers as alice: naming someone else as who
+	// answered is refused (an approver's name would pass the approvers).
+	if out, code := call("alice", command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed", By: "user:boss"}); code != string(events.CodeForbidden) || !strings.Contains(string(out), `you act as alice; by \"user:boss\" is someone else`) {
+		t.Errorf("alice continuing as user:boss: %s %s, want forbidden", code, out)
+	}
+
 	// alice continues her run; it completes, and her poll sees the end.
 	if out, code := call("alice", command.RunContinue, command.ContinueRun{RunID: id, Choice: "proceed"}); code != "" {
 		t.Fatalf("alice continues: %s %s", code, out)
@@ -173,5 +181,53 @@ func TestRunGetRefusesBadRequests(t *testing.T) {
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeInvalidRequest) || !strings.Contains(string(m.Data), c.want) {
 			t.Errorf("%s %s: %s %s, want invalid_request naming %q", c.subject, c.body, code, m.Data, c.want)
 		}
+	}
+}
+
+// A confirmation that names its approvers is not answered by an agent's
+// continue, whoever the continue says answered: only an approver's answer
+// (the answer command) moves the run on.
+func TestContinueIsNoApprover(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	const skill = `name: gated
+steps:
+  - name: gate
+    confirm:
+      message: "Drop the table?"
+      approvers: [user:boss]
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: after
+    compute: "'dropped'"
+`
+	req := command.StartRun{}
+	req.Skill.Source = skill
+	body, _ := json.Marshal(req)
+	m := h.request(command.RunStart, body)
+	var started command.RunReply
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" || json.Unmarshal(m.Data, &started) != nil {
+		t.Fatalf("start: %s %s", code, m.Data)
+	}
+	id := started.RunID
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+			return fmt.Errorf("run %s", r.Status)
+		}
+		return nil
+	})
+	body, _ = json.Marshal(command.ContinueRun{RunID: id, Choice: "proceed", By: "user:boss"})
+	m = h.request(command.RunContinue, body)
+	code := m.Header.Get(micro.ErrorCodeHeader)
+	if code == "" || !strings.Contains(string(m.Data), "does not count for a confirmation that names its approvers") {
+		t.Errorf("a continue naming the approver: %q %s, want a refusal", code, m.Data)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+		t.Fatalf("the run is %s after an agent's continue; it waits for user:boss", r.Status)
 	}
 }
