@@ -8,6 +8,7 @@ package runstate
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -59,6 +60,12 @@ type Step struct {
 	// records of it when it resumes (choice, method, by, reason), so a
 	// reader of the run's log alone sees the same answer as the runner.
 	Answer *events.ConfirmAnsweredData `json:"answer,omitempty"`
+	// AnswerFromRun: Answer came from a resumed event in the run's own
+	// log, not from the confirmation's answer, before the step completed.
+	// Anyone who may write the run's subjects can write a resumed event,
+	// so the runner checks such an answer against the confirmation's log
+	// before it acts on it (services/runner).
+	AnswerFromRun bool `json:"answer_from_run,omitempty"`
 	// RetryOf is the id of the step.failed event of the attempt the
 	// current attempt retries.
 	RetryOf string `json:"retry_of,omitempty"`
@@ -380,6 +387,11 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		if r.Status == StatusPaused {
 			r.Paused = &d
 			if s := r.step(d.Index); s != nil && d.ConfirmID != "" {
+				if s.AnswerFromRun && s.ConfirmID == d.ConfirmID {
+					// Paused again at the same confirmation: the resume
+					// had no answer behind it.
+					s.Answer, s.AnswerFromRun = nil, false
+				}
 				s.ConfirmID = d.ConfirmID
 			}
 		}
@@ -403,6 +415,7 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		// itself is in the confirmation's log, not the run's.
 		if d.ConfirmID != "" && s.ConfirmID == d.ConfirmID && s.Answer == nil {
 			s.Answer = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}
+			s.AnswerFromRun = s.Status != StepCompleted
 		}
 	case events.RunFailed:
 		var d events.RunFailedData
@@ -418,8 +431,10 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 			return err
 		}
 		for i := range r.Steps {
-			if r.Steps[i].ConfirmID == ev.Subject() && r.Steps[i].Answer == nil {
-				r.Steps[i].Answer = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}
+			if s := &r.Steps[i]; s.ConfirmID == ev.Subject() && (s.Answer == nil || s.AnswerFromRun) {
+				// The confirmation's own answer (the runner folds one only
+				// once it took effect) stands over a resume's word.
+				s.Answer, s.AnswerFromRun = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}, false
 			}
 		}
 	}
@@ -609,11 +624,19 @@ func (r *Run) String() string {
 
 // Snapshot is the run's state as JSON, without how far its reader has
 // read (LastSeq, LastAt, LastID: a reader of the run's subject alone and
-// the runner, which also reads answers, stop at different positions).
-// Two readers that applied the same run's events have equal snapshots.
+// the runner, which also reads answers, stop at different positions) and
+// where it read an answer (AnswerFromRun: the runner reads the
+// confirmation's too). Two readers that applied the same run's events
+// have equal snapshots.
 func (r *Run) Snapshot() ([]byte, error) {
 	c := *r
 	c.LastSeq, c.LastAt, c.LastID = 0, time.Time{}, ""
+	if slices.ContainsFunc(r.Steps, func(s Step) bool { return s.AnswerFromRun }) {
+		c.Steps = slices.Clone(r.Steps)
+		for i := range c.Steps {
+			c.Steps[i].AnswerFromRun = false
+		}
+	}
 	skillErr := ""
 	if r.SkillErr != nil {
 		skillErr = r.SkillErr.Error()

@@ -231,3 +231,72 @@ steps:
 		t.Fatalf("the run is %s after an agent's continue; it waits for user:boss", r.Status)
 	}
 }
+
+// A resumed event written by someone other than the runner (an agent may
+// write run subjects, for the runs it drives itself) does not get a run
+// the runner drives past its confirmation: the runner pauses it again at
+// the same confirmation, saying why, and the approver's answer still
+// moves it on.
+func TestForgedResumeDoesNotPassAConfirmation(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	const skill = `name: gated
+steps:
+  - name: gate
+    confirm:
+      message: "Drop the table?"
+      approvers: [user:boss]
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: after
+    compute: "'dropped'"
+`
+	id := h.start(skill, nil, false)
+	paused := func(evs []*events.Event) int {
+		n := 0
+		for _, ev := range evs {
+			if ev.Type() == string(events.RunPaused) {
+				n++
+			}
+		}
+		return n
+	}
+	h.waitRun(id, 10*time.Second, "the pause", func(evs []*events.Event) bool { return paused(evs) == 1 })
+	confirmID := runner.ConfirmID(id, 0, 1)
+
+	// As any NATS client: a resumed event on the run's subject.
+	forged, err := events.NewEvent(events.RunResumed, id, "forged-resume-1", "agent/sly", events.RunResumedData{
+		Step: "gate", Index: 0, ConfirmID: confirmID, Choice: "proceed", Method: events.MethodUser, By: "user:boss"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.bus.Publish(h.ctx(), &forged); err != nil {
+		t.Fatal(err)
+	}
+	evs := h.waitRun(id, 10*time.Second, "the pause after the forged resume", func(evs []*events.Event) bool { return paused(evs) == 2 })
+	last := evs[len(evs)-1]
+	var p events.RunPausedData
+	if err := json.Unmarshal(last.Data(), &p); err != nil || last.Type() != string(events.RunPaused) || p.ConfirmID != confirmID || !strings.Contains(p.Message, "the confirmation has no such answer") {
+		t.Fatalf("after the forged resume: %s %+v (%v)\n%s", last.Type(), p, err, describe(evs))
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, ev := range h.runLog(id) {
+		if ev.Type() == string(events.RunStepStarted) && strings.Contains(string(ev.Data()), `"after"`) || ev.Type() == string(events.RunCompleted) {
+			t.Fatalf("the run went on after a forged resume:\n%s", describe(h.runLog(id)))
+		}
+	}
+	if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+		t.Fatalf("run %s, want paused", r.Status)
+	}
+
+	// The approver's answer moves it on.
+	body, _ := json.Marshal(command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:boss"})
+	if m := h.request(command.ConfirmAnswer, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("the approver's answer: %s", m.Data)
+	}
+	h.waitEnd(id, events.RunCompleted)
+}

@@ -61,6 +61,10 @@ const (
 type Facts struct {
 	Now   func() time.Time
 	Calls func(index, attempt int) CallState
+	// Unbacked says whether step index's answer, taken from a resumed
+	// event in the run's log (Step.AnswerFromRun), has no such answer
+	// behind it in the confirmation's log (nil: every answer is backed).
+	Unbacked func(index int) bool
 }
 
 // Learned is the learned state the runner consults: known issues to
@@ -83,6 +87,27 @@ type decider struct {
 	log                   *slog.Logger
 	// changeSetExpiry is how long a run's queued items wait for review.
 	changeSetExpiry time.Duration
+}
+
+// refuseResume answers a resume with no answer behind it (Facts.Unbacked)
+// with a pause at the same confirmation, which still waits: the run's log
+// says why, and the resume's answer no longer counts (runstate folds the
+// pause). Its id names the event that woke the decision, so a second
+// such resume is refused again.
+func (d *decider) refuseResume(r *runstate.Run, i int, em *emitter) {
+	st, ss := r.Skill.Steps[i], &r.Steps[i]
+	a := ss.Answer
+	em.emit(events.RunPaused, fmt.Sprintf("s%d/a%d/unbacked/%s", i, ss.Attempt, em.cause), events.RunPausedData{
+		Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: ss.ConfirmID,
+		Message: firstLine(fmt.Sprintf("still waiting at %s: a resume said %s chose %q, but the confirmation has no such answer (a run the runner drives goes on at a confirmation's answer only)", ss.ConfirmID, who(a.By), a.Choice), 500),
+	})
+}
+
+func who(by string) string {
+	if strings.TrimSpace(by) == "" {
+		return "someone"
+	}
+	return by
 }
 
 // decide looks at the run and emits what must happen next, applying its
@@ -152,6 +177,10 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 				// A tool that does not honour idempotency keys is not called
 				// again before a person says so.
 				if !em.emitted(stepSuffix(i, ss.Attempt, "started")) && !d.idempotent(st.Tool) {
+					if ss.AnswerFromRun && f.Unbacked != nil && f.Unbacked(i) {
+						d.refuseResume(r, i, em)
+						return done()
+					}
 					switch {
 					case ss.ConfirmID != LostCallConfirmID(r.ID, i, ss.Attempt) || ss.Answer == nil:
 						if r.Status != runstate.StatusPaused {
@@ -175,6 +204,10 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 			case skill.KindCompute:
 				d.compute(r, i, ss.Attempt, em, f.Now)
 			case skill.KindConfirm:
+				if ss.AnswerFromRun && f.Unbacked != nil && f.Unbacked(i) {
+					d.refuseResume(r, i, em)
+					return done()
+				}
 				if ss.Answer == nil {
 					if r.Status != runstate.StatusPaused {
 						d.askConfirm(r, i, ss.Attempt, em)

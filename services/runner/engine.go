@@ -430,7 +430,11 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 			e.mu.Unlock()
 		}
 	}
-	dec := e.decide(r, d.Event)
+	unbacked, err := e.unbackedResumes(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	dec := e.decide(r, d.Event, unbacked)
 	if len(dec.Events) > 0 {
 		if err := e.bus.PublishAll(ctx, dec.Events); err != nil {
 			e.forget(id) // our local view ran ahead of the log; rebuild next time
@@ -460,8 +464,8 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 
 // decide runs the decision with this process's facts: the wall clock and
 // the calls in flight here.
-func (e *engine) decide(r *runstate.Run, cause *events.Event) Decision {
-	return e.decider.decide(r, cause, Facts{Now: func() time.Time { return time.Now().UTC() }, Calls: func(index, attempt int) CallState {
+func (e *engine) decide(r *runstate.Run, cause *events.Event, unbacked func(int) bool) Decision {
+	return e.decider.decide(r, cause, Facts{Now: func() time.Time { return time.Now().UTC() }, Unbacked: unbacked, Calls: func(index, attempt int) CallState {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		f := e.inflight[flightKey(r.ID, index, attempt)]
@@ -470,6 +474,44 @@ func (e *engine) decide(r *runstate.Run, cause *events.Event) Decision {
 		}
 		return f.state // written under mu by the call's goroutine
 	}})
+}
+
+// unbackedResumes checks the answers a run took from resumed events in its
+// own log against the confirmations' logs: a run the runner drives goes
+// on at a confirmation's answer only, and anyone who may write the run's
+// subjects (an agent driving runs of its own) could write a resume. Only
+// a step not completed yet can hold such an answer (the runner's own
+// resumes follow the step's completion, but for a cancel or a lost call),
+// so this reads nothing for almost every decision. It returns the steps
+// whose answer the confirmation does not hold (nil: none).
+func (e *engine) unbackedResumes(ctx context.Context, r *runstate.Run) (func(int) bool, error) {
+	if !r.Requested || r.Terminal() {
+		return nil, nil
+	}
+	var bad map[int]bool
+	for i := range r.Steps {
+		s := &r.Steps[i]
+		if !s.AnswerFromRun || s.Answer == nil || s.ConfirmID == "" || s.Status == runstate.StepCompleted {
+			continue
+		}
+		st, err := confirmation.LoadVerdicts(ctx, e.bus, s.ConfirmID)
+		if err != nil && events.CodeOf(err) != events.CodeNotFound {
+			return nil, err
+		}
+		if st != nil && st.Answer != nil && st.Answer.Choice == s.Answer.Choice {
+			s.AnswerFromRun = false // backed: the confirmation took this answer
+			continue
+		}
+		if bad == nil {
+			bad = map[int]bool{}
+		}
+		bad[i] = true
+		e.log.Warn("a resume with no answer behind it: the run waits at its confirmation", "run", r.ID, "step", s.Name, "confirm", s.ConfirmID, "choice", s.Answer.Choice, "by", s.Answer.By)
+	}
+	if bad == nil {
+		return nil, nil
+	}
+	return func(i int) bool { return bad[i] }, nil
 }
 
 // takesEffect judges an answer the way every reader of the log does (the

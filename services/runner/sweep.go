@@ -202,7 +202,11 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 	if err != nil {
 		return false, err
 	}
-	dec := e.decide(r, &cause)
+	unbacked, err := e.unbackedResumes(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	dec := e.decide(r, &cause, unbacked)
 	limit := e.ackWait
 	if l := dec.Launch; l != nil && l.Start == nil && len(dec.Events) == 0 {
 		spec, ok := e.invoker.Registry.Get(l.Step.Tool)
