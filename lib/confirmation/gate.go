@@ -124,10 +124,10 @@ func (g *Gate) Expire(d *events.ConfirmExpiredData) {
 	if !g.Requested || g.Winner != nil || g.Expired {
 		return
 	}
+	// The deadline answers with the request's default: an expiry names
+	// one for its readers, but it cannot choose another (anyone who may
+	// write the confirmation's subjects could pick "proceed").
 	g.Expired = true
-	if d.Default != "" && g.has(d.Default) {
-		g.Default = d.Default
-	}
 }
 
 // Open reports whether the confirmation still takes an answer.

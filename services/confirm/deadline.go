@@ -10,6 +10,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/lib/confirmation"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -244,11 +245,22 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 				}
 				return struct{}{}, err
 			}
-			v = deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
+			v = viewOf(st)
 		}
 		if !v.open || v.expired {
 			r.m.DeadlineFired(false)
 			return struct{}{}, nil
+		}
+		if !v.requestedAt.IsZero() {
+			// Only the stream's scheduler should publish here, at the
+			// deadline; any client may (or a configuration with longer
+			// timeouts scheduled it): one that fired before the request's
+			// deadline is scheduled again for it, and expires nothing.
+			if due := r.cfg.Deadline(v.requestedAt, v.timeoutS); meta.Timestamp.Before(due.Add(-earlyFireSlack)) {
+				r.log.Warn("a deadline fired before its time (published by a client, or scheduled under shorter timeouts): scheduled again", "confirm", id, "fired_at", meta.Timestamp.UTC(), "due", due.UTC())
+				r.m.DeadlineFired(false)
+				return struct{}{}, r.reschedule(ctx, id, v, due, meta.Sequence.Stream)
+			}
 		}
 		exp, err := events.NewEvent(events.ConfirmExpired, id, id+"/expired", Source, events.ConfirmExpiredData{Deadline: body.Deadline, Default: v.dflt, RunID: v.runID})
 		if err != nil {
@@ -262,6 +274,24 @@ func (r *router) fired(ctx context.Context, m jetstream.Msg) error {
 		r.log.Info("deadline reached", "confirm", id, "deadline", body.Deadline)
 		return struct{}{}, nil
 	})
+	return err
+}
+
+// earlyFireSlack is how much before a request's deadline a fired deadline
+// may be stored and still count (clocks, the scheduler's rounding).
+const earlyFireSlack = time.Second
+
+// reschedule schedules a confirmation's deadline again for due, after a
+// deadline fired before its time (firedSeq: that message, which names the
+// new schedule's message id, so it is written once).
+func (r *router) reschedule(ctx context.Context, id string, v deadlineView, due time.Time, firedSeq uint64) error {
+	body, err := json.Marshal(deadlineBody{ConfirmID: id, Deadline: due.UTC(), Default: v.dflt, RunID: v.runID})
+	if err != nil {
+		return err
+	}
+	header := nats.Header{HeaderSchedule: {scheduleKind}, events.HeaderMsgID: {fmt.Sprintf("sched:%s:again:%d", id, firedSeq)}, "Content-Type": {events.ContentTypeJSON}}
+	_, err = r.bus.ScheduleAt(ctx, confirmation.ScheduleSubject(id), confirmation.FiredSubject(id), due, header, body,
+		events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("confirm", id), Seq: v.lastSeq})
 	return err
 }
 
@@ -288,5 +318,7 @@ func (r *router) unansweredView(ctx context.Context, id string) (deadlineView, b
 	if _, err := st.Apply(ev, last.Seq); err != nil || st.Request == nil {
 		return deadlineView{}, false
 	}
-	return deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: last.Seq}, true
+	v := viewOf(st)
+	v.lastSeq = last.Seq
+	return v, true
 }

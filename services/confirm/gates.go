@@ -58,6 +58,9 @@ type gates struct {
 type waitingGate struct {
 	gate    confirmation.Gate
 	lastSeq uint64
+	// requestedAt and timeoutS are the request's: when its deadline falls.
+	requestedAt time.Time
+	timeoutS    float64
 	expired *events.ConfirmExpiredData // the first expiry, if it came
 	// settled is the sequence of the deadline's default answer, which
 	// took effect: kept until the answers consumer has taken it.
@@ -80,7 +83,11 @@ func (g *gates) evict() {
 	}
 	gate := st.Gate
 	gate.Votes = slices.Clone(gate.Votes)
-	g.waiting[id] = &waitingGate{gate: gate, lastSeq: st.LastSeq, expired: st.Expired}
+	w := &waitingGate{gate: gate, lastSeq: st.LastSeq, expired: st.Expired, requestedAt: st.RequestedAt}
+	if st.Request != nil {
+		w.timeoutS = st.Request.TimeoutS
+	}
+	g.waiting[id] = w
 	g.waitingOrder = append(g.waitingOrder, id)
 	for len(g.waitingOrder) > g.maxWaiting {
 		delete(g.waiting, g.waitingOrder[0])
@@ -188,11 +195,18 @@ type deadlineView struct {
 	dflt, runID   string
 	lastSeq       uint64
 	deadline      time.Time // of the expiry, when expired
+	// requestedAt and timeoutS are the request's (zero: not known), to
+	// tell a deadline that fired before its time.
+	requestedAt time.Time
+	timeoutS    float64
 }
 
 // viewOf is the deadline view of a whole confirmation.
 func viewOf(st *confirmation.State) deadlineView {
-	v := deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq}
+	v := deadlineView{open: st.Open(), expired: st.Expired != nil, dflt: st.Gate.Default, runID: st.Gate.RunID, lastSeq: st.LastSeq, requestedAt: st.RequestedAt}
+	if st.Request != nil {
+		v.timeoutS = st.Request.TimeoutS
+	}
 	if st.Expired != nil {
 		v.deadline = st.Expired.Deadline
 	}
@@ -222,7 +236,7 @@ func (g *gates) view(id string) (deadlineView, bool) {
 		return viewOf(st), true
 	}
 	if w, ok := g.waiting[id]; ok {
-		v := deadlineView{open: w.gate.Open(), expired: w.expired != nil, dflt: w.gate.Default, runID: w.gate.RunID, lastSeq: w.lastSeq}
+		v := deadlineView{open: w.gate.Open(), expired: w.expired != nil, dflt: w.gate.Default, runID: w.gate.RunID, lastSeq: w.lastSeq, requestedAt: w.requestedAt, timeoutS: w.timeoutS}
 		if w.expired != nil {
 			v.deadline = w.expired.Deadline
 		}
