@@ -137,6 +137,25 @@ func validateQuorum(approvers []string, q *events.Quorum, options map[string]boo
 	return ""
 }
 
+// ValidateEscalation reports what would make an escalation's offers
+// unanswerable, in the terms Validate judges them by (the offers are
+// confirmations, options approve, deny and escalate): control characters
+// in what the offer shows, approvers and a quorum that cannot be met. A
+// request refused here is refused at once (invalid_request), not offered
+// and then denied by the router's error answer.
+func ValidateEscalation(req *events.EscalationRequestedData, options []string) string {
+	for _, f := range []struct{ name, v string }{{"session", req.Session}, {"operation", req.Operation}, {"scope", req.Scope}, {"environment", req.Environment}, {"title", req.Title}, {"message", req.Message}} {
+		if hasControl(f.v) {
+			return f.name + " contains control characters"
+		}
+	}
+	opts := map[string]bool{}
+	for _, o := range options {
+		opts[o] = true
+	}
+	return validateQuorum(req.Approvers, req.Quorum, opts)
+}
+
 // hasControl reports whether s holds a control character (C0, DEL, C1)
 // other than a line feed or a tab: escape sequences, carriage returns.
 func hasControl(s string) bool {

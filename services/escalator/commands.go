@@ -10,6 +10,7 @@ import (
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/escalation"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/nats-io/nats.go/micro"
@@ -46,6 +47,9 @@ func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Servi
 // request writes the escalation and decides its route at once; the agent
 // is never kept waiting for a person.
 func (e *escalator) request(ctx context.Context, req *command.RequestEscalation) (any, error) {
+	if problem := confirmation.ValidateEscalation(&req.EscalationRequestedData, []string{ChoiceApprove, ChoiceDeny, ChoiceEscalate}); problem != "" {
+		return nil, events.Errorf(events.CodeInvalidRequest, "escalation request: %s", problem)
+	}
 	data := req.EscalationRequestedData
 	data.Requester = actor(data.Requester, data.Session)
 	cause := Cause{Request: &data}

@@ -9,7 +9,9 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/events/readmodel"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/escalation"
+	"github.com/heedhq/heed/lib/textutil"
 )
 
 // Source is the CloudEvents source of the escalator's events.
@@ -237,6 +239,11 @@ func (d *decision) answer(c Cause) error {
 		}
 		return d.escalate(o.Tier, idx, events.EscalateTimeout, fmt.Sprintf("nobody in %s answered within %s", o.Tier, time.Duration(o.TimeoutS*float64(time.Second))), o.ConfirmID, nil, "")
 	}
+	if method == events.MethodError {
+		// The router could not offer it and answered with the safest
+		// option: nobody decided, and nothing is learned from it.
+		return d.decide(events.EscalationDenied, events.EscMethodFinalAction, Actor, "", "the offer could not be asked: "+c.Answer.Reason, nil)
+	}
 	switch choice {
 	case ChoiceApprove:
 		return d.decide(events.EscalationApproved, events.MethodUser, by, channel, c.Answer.Reason, c.Votes)
@@ -399,7 +406,13 @@ func OfferConfirmation(rs *Rules, st *command.EscalationState, o *events.Escalat
 	if req.Message != "" {
 		b.WriteString("\n" + req.Message + "\n")
 	}
-	data := events.ConfirmRequestedData{Title: truncate(title, 200), Message: b.String(), Options: opts, Default: dflt, TimeoutS: o.TimeoutS,
+	msg := b.String()
+	if len(msg) > confirmation.MaxMessageBytes {
+		// The request's own message is the long part: the offer shows
+		// what fits (the escalation keeps it whole).
+		msg = textutil.Cut(msg, confirmation.MaxMessageBytes-len(textutil.Ellipsis)-len(" (cut)")) + " (cut)"
+	}
+	data := events.ConfirmRequestedData{Title: truncate(title, 200), Message: msg, Options: opts, Default: dflt, TimeoutS: o.TimeoutS,
 		Requester: Source, RunID: req.RunID, Approvers: o.Members, Quorum: o.Quorum,
 		Context: map[string]any{"escalation_id": st.ID, "session": req.Session, "operation": req.Operation, "scope": req.Scope, "environment": req.Environment, "risk": r.Risk, "tier": o.Tier}}
 	// The channels each member uses (the tier's config): a bridge offers

@@ -588,3 +588,42 @@ func TestOfferWhoseConfirmationExistsAlready(t *testing.T) {
 		t.Errorf("the confirmation's requests: %d, first %s; want the one written before, alone", n, confirms[0].ID())
 	}
 }
+
+// What an offer could not show or ask is refused at once, not offered,
+// denied by the router's error answer and learned as a person's denial.
+func TestRequestsAnOfferCannotAskAreRefused(t *testing.T) {
+	s := start(t, "")
+	for name, c := range map[string]struct {
+		data events.EscalationRequestedData
+		want string
+	}{
+		"a bell in the session":      {events.EscalationRequestedData{Session: "agent/s\u0007", Operation: "deploy"}, "session contains control characters"},
+		"an escape in the operation": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy\u001b[2J"}, "operation contains control characters"},
+		"a veto that is no option":   {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Quorum: &events.Quorum{Required: 2, Veto: []string{"nope"}}}, "veto nope is not one of the options"},
+		"more votes than approvers": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Approvers: []string{"user:a", "user:b"}, Quorum: &events.Quorum{Required: 3}},
+			"quorum.required is 3 but only 2 approvers are named"},
+	} {
+		err := command.Call(ctxT(t), s.nc, command.EscalationRequest, command.RequestEscalation{EscalationRequestedData: c.data}, &command.EscalationReply{})
+		if events.CodeOf(err) != events.CodeInvalidRequest || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want invalid_request: %s", name, err, c.want)
+		}
+	}
+	if evs := s.history(t, "heed.escalation.>"); len(evs) != 0 {
+		t.Errorf("refused requests wrote %s", types(evs))
+	}
+	// A long message is offered cut, not refused by the router.
+	r := s.request(t, command.RequestEscalation{ID: "e-long", EscalationRequestedData: events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Risk: ptr(0.5), Message: strings.Repeat("m", 8000)}})
+	if r.Status != events.EscalationHeld {
+		t.Fatalf("a long message: %+v", r)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := len(s.history(t, events.SubjectFilter("confirm", "e-long-o1"))); n == 0 {
+			return fmt.Errorf("no confirmation e-long-o1")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if evs := s.history(t, events.SubjectFilter("escalation", "e-long")); count(evs, events.EscalationDecided) != 0 {
+		t.Errorf("the long message's escalation was decided: %s: %s", types(evs), evs[len(evs)-1].Data())
+	}
+}
