@@ -61,7 +61,7 @@ type waitingGate struct {
 	// requestedAt and timeoutS are the request's: when its deadline falls.
 	requestedAt time.Time
 	timeoutS    float64
-	expired *events.ConfirmExpiredData // the first expiry, if it came
+	expired     *events.ConfirmExpiredData // the first expiry, if it came
 	// settled is the sequence of the deadline's default answer, which
 	// took effect: kept until the answers consumer has taken it.
 	settled uint64
