@@ -51,7 +51,7 @@ steps:
 		req.Skill.Source = skill
 		out, code := call(agent, command.RunStart, req)
 		var reply command.RunReply
-		if code != "" || json.Unmarshal(out, &reply) != nil || reply.Status != runstate.StatusRequested {
+		if code != "" || json.Unmarshal(out, &reply) != nil || reply.Status == "" {
 			t.Fatalf("%s starts: %s %s", agent, code, out)
 		}
 		return reply
@@ -299,4 +299,54 @@ steps:
 		t.Fatalf("the approver's answer: %s", m.Data)
 	}
 	h.waitEnd(id, events.RunCompleted)
+}
+
+// A request id names one run: the same request again gets that run as it
+// stands, another skill or other inputs under the id are a conflict (they
+// used to get the first run's id back, as if started).
+func TestRequestIDNamesOneRun(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	const ask = `name: asks
+steps:
+  - name: gate
+    confirm:
+      message: "Go?"
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+`
+	startReq := func(source string, inputs map[string]any) (command.RunReply, string, string) {
+		req := command.StartRun{RequestID: "dup-1", Inputs: inputs}
+		req.Skill.Source = source
+		body, _ := json.Marshal(req)
+		m := h.request(command.RunStart, body)
+		var r command.RunReply
+		_ = json.Unmarshal(m.Data, &r)
+		return r, m.Header.Get(micro.ErrorCodeHeader), string(m.Data)
+	}
+	first, code, out := startReq(ask, nil)
+	if code != "" || first.Status != runstate.StatusRequested {
+		t.Fatalf("first start: %s %s", code, out)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := h.getRun(command.GetRun{RunID: first.RunID}); r.Status != runstate.StatusPaused {
+			return fmt.Errorf("run %s", r.Status)
+		}
+		return nil
+	})
+	again, code, out := startReq(ask, nil)
+	if code != "" || again.RunID != first.RunID || again.Status != runstate.StatusPaused {
+		t.Errorf("the same start again: %s %s, want run %s as it stands (paused)", code, out, first.RunID)
+	}
+	other := strings.Replace(ask, "name: asks", "name: other_skill", 1)
+	if _, code, out := startReq(other, nil); code != string(events.CodeConflict) || !strings.Contains(out, `request id \"dup-1\" started run `+first.RunID+" with other content") {
+		t.Errorf("another skill under the same request id: %s %s, want conflict", code, out)
+	}
+	if n := len(h.log(events.RunRequested.Subject(first.RunID))); n != 1 {
+		t.Errorf("%d run.requested events for one request id", n)
+	}
 }

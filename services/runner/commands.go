@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -120,10 +121,52 @@ func (c *commands) startRun(ctx context.Context, req *command.StartRun, scope st
 	if err := c.e.bus.Codec().Check(&ev); err != nil {
 		return nil, events.Errorf(events.CodeInvalidRequest, "the run cannot be recorded: %v", err)
 	}
-	if _, err := c.e.bus.Publish(ctx, &ev); err != nil {
+	if req.RequestID == "" {
+		if _, err := c.e.bus.Publish(ctx, &ev); err != nil {
+			return nil, err
+		}
+		return command.RunReply{RunID: id, Status: runstate.StatusRequested}, nil
+	}
+	// A request id names one run: written only if the run has no request
+	// yet (a retry within the duplicate window is dropped by its id, one
+	// after it by the guard), and a second request under the id gets that
+	// run if it asks for the same, a conflict if not.
+	ack, err := c.e.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.RunRequested.Subject(id), Seq: 0})
+	switch {
+	case errors.Is(err, events.ErrStaleRead):
+	case err != nil:
+		return nil, err
+	case !ack.Duplicate:
+		return command.RunReply{RunID: id, Status: runstate.StatusRequested}, nil
+	}
+	return c.startedBefore(ctx, id, &ev)
+}
+
+// startedBefore answers a start whose request id has a run already: that
+// run, if the first request asked for the same skill, inputs, agent and
+// --yes; a conflict if not.
+func (c *commands) startedBefore(ctx context.Context, id string, ev *events.Event) (any, error) {
+	first, _, err := events.FirstOf(ctx, c.e.bus.JetStream(), events.EventStream, events.RunRequested.Subject(id), 0)
+	if err != nil {
 		return nil, err
 	}
-	return command.RunReply{RunID: id, Status: runstate.StatusRequested}, nil
+	var want, got events.RunRequestedData
+	if err := json.Unmarshal(ev.Data(), &want); err != nil {
+		return nil, err
+	}
+	if first == nil || json.Unmarshal(first.Data, &got) != nil {
+		return nil, events.Errorf(events.CodeUnavailable, "run %s: its request is not readable yet; try again", id)
+	}
+	wantIn, _ := json.Marshal(want.Inputs)
+	gotIn, _ := json.Marshal(got.Inputs)
+	if got.Skill.Digest != want.Skill.Digest || string(gotIn) != string(wantIn) || got.Agent != want.Agent || got.Yes != want.Yes {
+		return nil, events.Errorf(events.CodeConflict, "request id %q started run %s with other content (skill %s, inputs %s); a new run needs a new request id", want.RequestID, id, got.Skill.Name, textutil.Cut(string(gotIn), 200))
+	}
+	r, err := c.loadRun(ctx, id, nil)
+	if err != nil {
+		return nil, err
+	}
+	return command.RunReply{RunID: id, Status: r.Status}, nil
 }
 
 func missingTools(sk *skill.Skill, reg *tool.Registry) []string {
