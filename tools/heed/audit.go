@@ -6,8 +6,10 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/lib/changeset"
 	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/spf13/cobra"
 )
@@ -134,7 +136,24 @@ in JSON format, one per line.`,
 					if x.Kind == "escalation" {
 						fmt.Fprint(out, escalationHeader(x))
 					}
-					fmt.Fprintf(out, ": %s, %d events, %s → %s\n", pal.status(x.Status), x.Count, x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
+					status := x.Status
+					if x.Kind == "changeset" {
+						// The index says only that the set exists: its
+						// status is the fold of its events (listed below).
+						st := changeset.New(id)
+						for _, it := range items {
+							if it.ev != nil && it.ev.Subject() == id && events.Type(it.ev.Type()).Kind() == "changeset" {
+								_, _ = changeset.Apply(st, it.ev, it.seq)
+							}
+						}
+						if st.Status != "" {
+							status = strings.ReplaceAll(st.Status, "_", " ")
+						}
+					}
+					fmt.Fprintf(out, ": %s, %d %s, %s → %s\n", pal.status(status), x.Count, plural(x.Count, "event", "events"), x.First.Time.Local().Format("2006-01-02 15:04:05"), x.Last.Time.Local().Format("15:04:05"))
+					if others := len(items) - x.Count; x.Count > 0 && others > 0 {
+						fmt.Fprintf(out, "  (and %d %s of its confirmations and change sets)\n", others, plural(others, "event", "events"))
+					}
 				}
 			}
 			// Judge every answer as every reader does: only the first valid

@@ -70,3 +70,35 @@ func TestChangesListPagesWithAfter(t *testing.T) {
 		}
 	}
 }
+
+// heed audit of a change set says how the set stands (its own fold: the
+// index knows only that it exists).
+func TestAuditOfAChangeSetSaysItsStatus(t *testing.T) {
+	t.Parallel()
+	h := startHeedWithTools(t)
+	calls := filepath.Join(t.TempDir(), "calls.json")
+	if err := os.WriteFile(calls, []byte(`[{"tool":"set_task_title","args":{"task":"audit-1","title":"T"}}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, append([]string{"--nats-url", h.url}, args...)...)
+		if code != 0 {
+			t.Fatalf("heed %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	out := cli("changes", "propose", "--agent", "agent:auditor", "--subject", "audit-1", "--calls", calls, "--json")
+	id := regexp.MustCompile(`cs-[a-z0-9-]+`).FindString(out)
+	if id == "" {
+		t.Fatalf("no set id in %s", out)
+	}
+	cli("changes", "reject", id, "1", "--reason", "not now", "--as", "user:alice")
+	checkFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		out := cli("audit", id)
+		if !strings.Contains(out, "changeset "+id+": resolved, ") || !strings.Contains(out, "1 item ") {
+			return fmt.Errorf("audit:\n%s", out)
+		}
+		return nil
+	})
+}

@@ -167,7 +167,7 @@ func summarize(ev *events.Event) string {
 		add("by ", s("agent"))
 		add("on ", s("subject"))
 		if items, ok := d["items"].([]any); ok {
-			add("", fmt.Sprintf("%d items", len(items)))
+			add("", fmt.Sprintf("%d %s", len(items), plural(len(items), "item", "items")))
 		}
 		add("expires ", s("expires_at"))
 	case events.ChangeSetDecided:
