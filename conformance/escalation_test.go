@@ -92,7 +92,7 @@ func TestEscalationEnvironmentFromOutside(t *testing.T) {
 	h := startHeed(t)
 	w := watch(t, h.js, "heed.escalation.>")
 	for _, c := range []struct{ id, scope, key string }{
-		{"conf-env-1", "service:api", "op.deploy.prod.service_api"},
+		{"conf-env-1", "service:api", "op.deploy.prod.service=3Aapi"}, // one to one: ":" is =3A
 		{"conf-env-2", "", "op.deploy.prod._"},
 	} {
 		var r struct {
