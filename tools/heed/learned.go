@@ -400,7 +400,11 @@ func newStatsCmd(g *globals) *cobra.Command {
 					if scope == "" {
 						scope = "-"
 					}
-					t.row("", truncate(d.Operation, 48), env, scope, fmt.Sprintf("%5d", d.Count), fmt.Sprintf("%5.1f%%", d.SuccessRate*100), cand)
+					success := fmt.Sprintf("%5.1f%%", d.SuccessRate*100)
+					if d.Successes+d.Failures == 0 {
+						success = "    -" // no outcome reported yet (the rate counts as 1)
+					}
+					t.row("", truncate(d.Operation, 48), env, scope, fmt.Sprintf("%5d", d.Count), success, cand)
 				}
 				t.Flush()
 			}

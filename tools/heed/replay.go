@@ -80,7 +80,7 @@ inspection; without it no scratch bucket remains.`,
 				if rep.ReplayedTo != "" {
 					where = " in " + rep.ReplayedTo
 				}
-				fmt.Fprintf(out, "%-11s %s: %d events (%d rejected) up to seq %d → %d keys%s: %s\n",
+				fmt.Fprintf(out, "%-11s %s: %d events (%d skipped: refused by the gate or the projection) up to seq %d → %d keys%s: %s\n",
 					rep.Projection, rep.Bucket, rep.Events, rep.Skipped, rep.LastSeq, rep.Keys, where, verdict)
 				show := func(label string, keys []string) {
 					if len(keys) > 0 {

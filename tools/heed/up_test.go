@@ -650,7 +650,7 @@ func TestAuditTailReplay(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "identical") {
 			t.Fatal(show([]string{"replay"}, out, errOut, code))
 		}
-		if !strings.Contains(out, "2 events (1 rejected)") {
+		if !strings.Contains(out, "2 events (1 skipped: ") {
 			t.Errorf("replay output does not count 2 events and 1 rejected:\n%s", out)
 		}
 	})
