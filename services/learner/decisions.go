@@ -113,6 +113,11 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			// decides.
 			return s.Put(ctx, "req."+ev.Subject(), p)
 		}
+		if a.Method == events.MethodError {
+			// Nobody decided: the question could not be asked, or its run
+			// ended first (the safest option closes it). Nothing to learn.
+			return s.Put(ctx, "req."+ev.Subject(), pendingRequest{Closed: true})
+		}
 		key := readmodel.DecisionKey(p.Operation, p.Scope)
 		var dec readmodel.Decision
 		if _, err := s.Get(ctx, key, &dec); err != nil {

@@ -350,3 +350,53 @@ steps:
 		t.Errorf("%d run.requested events for one request id", n)
 	}
 }
+
+// A run cancelled while it waits at a confirmation closes it: the question
+// leaves every inbox, and an answer sent later is told who closed it.
+func TestCancelClosesTheConfirmation(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	id := h.start(`name: asks
+steps:
+  - name: gate
+    confirm:
+      message: "Go?"
+      approvers: [user:boss]
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+`, nil, false)
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+			return fmt.Errorf("run %s", r.Status)
+		}
+		return nil
+	})
+	h.command(command.RunCancel, command.CancelRun{RunID: id, By: "user:ops", Reason: "wrong release"})
+	cid := runner.ConfirmID(id, 0, 1)
+	var answered []*events.Event
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		answered = nil
+		for _, ev := range h.log(events.SubjectFilter("confirm", cid)) {
+			if ev.Type() == string(events.ConfirmAnswered) {
+				answered = append(answered, ev)
+			}
+		}
+		if len(answered) != 1 {
+			return fmt.Errorf("%d answers", len(answered))
+		}
+		return nil
+	})
+	var a events.ConfirmAnsweredData
+	if err := json.Unmarshal(answered[0].Data(), &a); err != nil || a.Choice != "cancel" || a.Method != events.MethodError || a.By != runner.Source || !strings.Contains(a.Reason, "was cancelled by user:ops") {
+		t.Fatalf("the closing answer: %+v (%v)", a, err)
+	}
+	body, _ := json.Marshal(command.AnswerConfirmation{ID: cid, Choice: "proceed", By: "user:boss"})
+	m := h.request(command.ConfirmAnswer, body)
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) || !strings.Contains(string(m.Data), runner.Source) {
+		t.Errorf("an answer after the run was cancelled: %q %s, want conflict naming %s", code, m.Data, runner.Source)
+	}
+}
