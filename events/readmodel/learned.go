@@ -282,10 +282,12 @@ func DecisionKey(operation, scope string) string {
 
 // keyToken is s as one token of a key, one to one, so that two
 // operations, environments or scopes never share a record (wipe.db and
-// wipe_db, a scope "*" and none): letters, digits, '-', '_' and '/' (a
-// skill step's operation, skill/step) as they are, any other byte as =XX,
-// an empty s (an escalation may name no scope) as "_", since a key may not
-// end in a dot or hold two in a row, and a lone "_" as "=5F".
+// wipe_db, a scope "*" and none): each '/'-separated part of s as
+// events.Token gives it (letters, digits, '-' and '_' as they are, any
+// other byte as =XX), the '/' kept (a skill step's operation, skill/step,
+// reads as it is); an empty s (an escalation may name no scope) is "_",
+// since a key may not end in a dot or hold two in a row, and a lone "_"
+// is "=5F".
 func keyToken(s string) string {
 	switch s {
 	case "":
@@ -293,20 +295,11 @@ func keyToken(s string) string {
 	case "_":
 		return "=5F"
 	}
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('=')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
+	parts := strings.Split(s, "/")
+	for i, p := range parts {
+		parts[i] = events.Token(p)
 	}
-	return b.String()
+	return strings.Join(parts, "/")
 }
 
 // EscalationDecisionKey is the heed_decisions key of an escalated

@@ -72,6 +72,12 @@ func (t *Template) Render(env map[string]any) (any, error) {
 	if len(t.parts) == 1 && t.parts[0].expr != nil {
 		return t.parts[0].expr.Eval(env)
 	}
+	return t.join(env, false)
+}
+
+// join renders every part into one string; strict: an expression that
+// gives nil is a NoValueError.
+func (t *Template) join(env map[string]any, strict bool) (string, error) {
 	var b strings.Builder
 	for _, p := range t.parts {
 		if p.expr == nil {
@@ -80,7 +86,10 @@ func (t *Template) Render(env map[string]any) (any, error) {
 		}
 		v, err := p.expr.Eval(env)
 		if err != nil {
-			return nil, err
+			return "", err
+		}
+		if v == nil && strict {
+			return "", &NoValueError{Expr: strings.TrimSpace(p.expr.Src)}
 		}
 		b.WriteString(Stringify(v))
 	}
@@ -100,24 +109,7 @@ func (e *NoValueError) Error() string {
 // RenderArg renders the template to one string where every expression
 // must give a value: an argv element, where an argument left out must
 // not become an empty word silently (a tool run against task "").
-func (t *Template) RenderArg(env map[string]any) (string, error) {
-	var b strings.Builder
-	for _, p := range t.parts {
-		if p.expr == nil {
-			b.WriteString(p.lit)
-			continue
-		}
-		v, err := p.expr.Eval(env)
-		if err != nil {
-			return "", err
-		}
-		if v == nil {
-			return "", &NoValueError{Expr: strings.TrimSpace(p.expr.Src)}
-		}
-		b.WriteString(Stringify(v))
-	}
-	return b.String(), nil
-}
+func (t *Template) RenderArg(env map[string]any) (string, error) { return t.join(env, true) }
 
 // RenderString renders and converts the result to a string.
 func (t *Template) RenderString(env map[string]any) (string, error) {

@@ -191,37 +191,10 @@ func TestContinueIsNoApprover(t *testing.T) {
 	h := newHarness(t)
 	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
 	h.confirmRouter()
-	const skill = `name: gated
-steps:
-  - name: gate
-    confirm:
-      message: "Drop the table?"
-      approvers: [user:boss]
-      options:
-        - {label: Proceed, value: proceed}
-        - {label: Cancel, value: cancel}
-      default: cancel
-      timeout: 600
-  - name: after
-    compute: "'dropped'"
-`
-	req := command.StartRun{}
-	req.Skill.Source = skill
-	body, _ := json.Marshal(req)
-	m := h.request(command.RunStart, body)
-	var started command.RunReply
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" || json.Unmarshal(m.Data, &started) != nil {
-		t.Fatalf("start: %s %s", code, m.Data)
-	}
-	id := started.RunID
-	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
-			return fmt.Errorf("run %s", r.Status)
-		}
-		return nil
-	})
-	body, _ = json.Marshal(command.ContinueRun{RunID: id, Choice: "proceed", By: "user:boss"})
-	m = h.request(command.RunContinue, body)
+	id := h.start(gatedSkill, nil, false)
+	h.waitPaused(id)
+	body, _ := json.Marshal(command.ContinueRun{RunID: id, Choice: "proceed", By: "user:boss"})
+	m := h.request(command.RunContinue, body)
 	code := m.Header.Get(micro.ErrorCodeHeader)
 	if code == "" || !strings.Contains(string(m.Data), "does not count for a confirmation that names its approvers") {
 		t.Errorf("a continue naming the approver: %q %s, want a refusal", code, m.Data)
@@ -241,21 +214,7 @@ func TestForgedResumeDoesNotPassAConfirmation(t *testing.T) {
 	h := newHarness(t)
 	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
 	h.confirmRouter()
-	const skill = `name: gated
-steps:
-  - name: gate
-    confirm:
-      message: "Drop the table?"
-      approvers: [user:boss]
-      options:
-        - {label: Proceed, value: proceed}
-        - {label: Cancel, value: cancel}
-      default: cancel
-      timeout: 600
-  - name: after
-    compute: "'dropped'"
-`
-	id := h.start(skill, nil, false)
+	id := h.start(gatedSkill, nil, false)
 	paused := func(evs []*events.Event) int {
 		n := 0
 		for _, ev := range evs {
@@ -332,12 +291,7 @@ steps:
 	if code != "" || first.Status != runstate.StatusRequested {
 		t.Fatalf("first start: %s %s", code, out)
 	}
-	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if r := h.getRun(command.GetRun{RunID: first.RunID}); r.Status != runstate.StatusPaused {
-			return fmt.Errorf("run %s", r.Status)
-		}
-		return nil
-	})
+	h.waitPaused(first.RunID)
 	again, code, out := startReq(ask, nil)
 	if code != "" || again.RunID != first.RunID || again.Status != runstate.StatusPaused {
 		t.Errorf("the same start again: %s %s, want run %s as it stands (paused)", code, out, first.RunID)
@@ -357,24 +311,8 @@ func TestCancelClosesTheConfirmation(t *testing.T) {
 	h := newHarness(t)
 	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
 	h.confirmRouter()
-	id := h.start(`name: asks
-steps:
-  - name: gate
-    confirm:
-      message: "Go?"
-      approvers: [user:boss]
-      options:
-        - {label: Proceed, value: proceed}
-        - {label: Cancel, value: cancel}
-      default: cancel
-      timeout: 600
-`, nil, false)
-	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
-			return fmt.Errorf("run %s", r.Status)
-		}
-		return nil
-	})
+	id := h.start(gatedSkill, nil, false)
+	h.waitPaused(id)
 	h.command(command.RunCancel, command.CancelRun{RunID: id, By: "user:ops", Reason: "wrong release"})
 	cid := runner.ConfirmID(id, 0, 1)
 	var answered []*events.Event
@@ -399,4 +337,32 @@ steps:
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(events.CodeConflict) || !strings.Contains(string(m.Data), runner.Source) {
 		t.Errorf("an answer after the run was cancelled: %q %s, want conflict naming %s", code, m.Data, runner.Source)
 	}
+}
+
+// gatedSkill waits at a confirmation only user:boss may answer, then
+// computes a value.
+const gatedSkill = `name: gated
+steps:
+  - name: gate
+    confirm:
+      message: "Drop the table?"
+      approvers: [user:boss]
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: after
+    compute: "'dropped'"
+`
+
+// waitPaused waits until the run is paused (heed.cmd.run.get).
+func (h *harness) waitPaused(id string) {
+	h.t.Helper()
+	eventstest.CheckFor(h.t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+			return fmt.Errorf("run %s", r.Status)
+		}
+		return nil
+	})
 }
