@@ -168,6 +168,10 @@ func TestExpiresOnceAcrossRestart(t *testing.T) {
 	if e == nil || e.Code != events.CodeConflict || !strings.Contains(e.Message, "expired") {
 		t.Fatalf("a decision after the expiry: %v", e)
 	}
+	_, e = call[command.DecideReply](r, command.ChangeSetDecide, command.DecideChangeSet{ID: untouched, All: true, Verdict: events.VerdictConfirmed, By: "user:alice"})
+	if e == nil || e.Code != events.CodeConflict || !strings.Contains(e.Message, "is expired: nothing is left to decide") {
+		t.Fatalf("confirm all after the expiry: %v", e)
+	}
 	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		h := must[command.DecisionHistoryReply](r, command.ChangeSetHistory, command.DecisionHistoryRequest{Agent: "agent:laura"})
 		if !strings.Contains(h.Text, `- – set_task_title("b") — no decision (expired)`) || !strings.Contains(h.Text, `- ✓ set_task_title("a") — confirmed`) {

@@ -185,8 +185,11 @@ func (s *server) decide(ctx context.Context, req *command.DecideChangeSet) (any,
 		}
 		items := req.Items
 		if req.All {
-			if items = changeset.Pending(st); len(items) == 0 && changeset.Open(st) {
-				return nil, events.Errorf(events.CodeConflict, "change set %s has no pending item", req.ID)
+			if items = changeset.Pending(st); len(items) == 0 {
+				if changeset.Open(st) {
+					return nil, events.Errorf(events.CodeConflict, "change set %s has no pending item", req.ID)
+				}
+				return nil, events.Errorf(events.CodeConflict, "change set %s is %s: nothing is left to decide", req.ID, strings.ReplaceAll(st.Status, "_", " "))
 			}
 		}
 		reply := command.DecideReply{ID: st.ID}
