@@ -252,11 +252,20 @@ func (c *Codec) DecodeStored(raw RawMsg) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ev.Time().IsZero() && !raw.Stored.IsZero() {
+	if !raw.Stored.IsZero() && (ev.Time().IsZero() || ev.Time().After(raw.Stored.Add(FutureTimeSlack))) {
+		// Without a time, or with one after the log stored it (a producer's
+		// clock, or a ce-time of 9999 that would put a deadline beyond
+		// what a schedule can hold): the stored time, which every reader
+		// of the log reads alike.
 		ev.SetTime(raw.Stored.UTC())
 	}
 	return ev, nil
 }
+
+// FutureTimeSlack is how far after the time the log stored it an event's
+// own time may be (clocks differ) before a reader takes the stored time
+// instead.
+const FutureTimeSlack = time.Minute
 
 // DecodeUnchecked parses the wire format without validating the contract.
 func DecodeUnchecked(msg *nats.Msg) (*Event, error) { return decodeWire(msg) }

@@ -90,3 +90,31 @@ func TestDeadlineOfAHugeTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A request whose own time is far after the time the log stored it (a
+// producer's clock, a ce-time of 9999) is asked from when it was stored:
+// its deadline is scheduled, not a handler failure five times over and a
+// question pending for ever.
+func TestRequestFromTheFarFutureIsAskedNow(t *testing.T) {
+	t.Parallel()
+	env := eventstest.Start(t)
+	start(t, env, router(confirm.Config{}))
+	bus := env.Bus(t)
+	ev := newEvent(t, events.ConfirmRequested, "far-future", "far-future/requested", "test/agent", events.ConfirmRequestedData{
+		Message: "From the future?", Requester: "test-agent", Options: proceedCancel, Default: "cancel", TimeoutS: 600})
+	ev.SetTime(time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC))
+	publish(t, bus, ev)
+	eventstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if _, ok := scheduled(t, bus, "far-future"); !ok {
+			return errors.New("no deadline scheduled")
+		}
+		return nil
+	})
+	sched, _ := scheduled(t, bus, "far-future")
+	var due struct {
+		Deadline time.Time `json:"deadline"`
+	}
+	if err := json.Unmarshal(sched.Data, &due); err != nil || time.Until(due.Deadline) > 11*time.Minute || time.Until(due.Deadline) < 9*time.Minute {
+		t.Errorf("deadline %v (%v), want about 10 minutes from now", due.Deadline, err)
+	}
+}
