@@ -296,11 +296,13 @@ SESSION: any session) may not start new risky work, 0 when it may.`,
 				if !s.CanContinue {
 					verdict = pal.red("may not start new risky work")
 				}
-				reason := ""
+				// The reason counts the held requests itself; without one,
+				// say them.
+				tail := fmt.Sprintf(" (%d held, %d critical)", s.Held, s.Critical)
 				if s.Reason != "" {
-					reason = ": " + s.Reason
+					tail = ": " + s.Reason
 				}
-				fmt.Fprintf(out, "session %s %s%s (%d held, %d critical)\n", s.Session, verdict, reason, s.Held, s.Critical)
+				fmt.Fprintf(out, "session %s %s%s\n", s.Session, verdict, tail)
 				if len(s.Requests) == 0 {
 					continue
 				}
