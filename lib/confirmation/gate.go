@@ -154,11 +154,15 @@ func (g *Gate) Judge(a *events.ConfirmAnsweredData) *Refusal {
 		return &Refusal{Code: RefusedExpired, Reason: fmt.Sprintf("the confirmation expired; its default %q applies", g.Default)}
 	case g.exempt(a):
 		return nil
-	case len(g.Approvers) > 0 && a.Method == events.MethodAgent:
+	case (len(g.Approvers) > 0 || g.Quorum != nil) && a.Method == events.MethodAgent:
 		// An agent continues its own run (heed.cmd.run.continue): who it
 		// says answered is its word alone, so it never stands for an
-		// approver.
-		return &Refusal{Code: RefusedNotAllowed, Reason: fmt.Sprintf("an agent's answer (method agent, by %s) does not count for a confirmation that names its approvers (%s): one of them answers it (heed confirm, the console, a bridge: heed.cmd.confirm.answer)", who(a.By), strings.Join(g.Approvers, ", "))}
+		// approver, nor for a voter (it could vote under every name).
+		whom := "a quorum of people"
+		if len(g.Approvers) > 0 {
+			whom = "its approvers (" + strings.Join(g.Approvers, ", ") + ")"
+		}
+		return &Refusal{Code: RefusedNotAllowed, Reason: fmt.Sprintf("an agent's answer (method agent, by %s) does not count for a confirmation that names %s: people answer it (heed confirm, the console, a bridge: heed.cmd.confirm.answer)", who(a.By), whom)}
 	case len(g.Approvers) > 0 && !slices.Contains(g.Approvers, a.By):
 		return &Refusal{Code: RefusedNotAllowed, Reason: fmt.Sprintf("%s may not answer this confirmation: its approvers are %s", who(a.By), strings.Join(g.Approvers, ", "))}
 	case g.Quorum != nil:

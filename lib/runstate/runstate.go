@@ -348,6 +348,15 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		r.note(Outcome{Step: d.Step, Status: StepCompleted})
 		if d.Attempt >= s.Attempt {
 			s.Status, s.Attempt, s.Output, s.Error = StepCompleted, d.Attempt, d.Output, nil
+			if r.Skill != nil && d.Index < len(r.Skill.Steps) && r.Skill.Steps[d.Index].Kind == skill.KindConfirm && (s.Answer == nil || s.AnswerFromRun) {
+				// A confirm step completes on its confirmation's answer;
+				// one this reader has not seen (it reads the run's log
+				// alone, or anyone wrote this) is the run's word for it.
+				if s.Answer == nil {
+					s.Answer = &events.ConfirmAnsweredData{Choice: skill.Stringify(d.Output)}
+				}
+				s.AnswerFromRun = true
+			}
 		}
 	case events.RunStepFailed:
 		var d events.StepFailedData
@@ -387,10 +396,16 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		if r.Status == StatusPaused {
 			r.Paused = &d
 			if s := r.step(d.Index); s != nil && d.ConfirmID != "" {
-				if s.AnswerFromRun && s.ConfirmID == d.ConfirmID {
+				if s.AnswerFromRun && (s.ConfirmID == d.ConfirmID || s.ConfirmID == "") {
 					// Paused again at the same confirmation: the resume
-					// had no answer behind it.
+					// (or completion) had no answer behind it.
 					s.Answer, s.AnswerFromRun = nil, false
+					if s.Status == StepCompleted {
+						s.Status, s.Output = StepStarted, nil
+						if a := r.attempt(d.Index, s.Attempt); a != nil {
+							a.Completed = false
+						}
+					}
 				}
 				s.ConfirmID = d.ConfirmID
 			}
@@ -413,9 +428,12 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		}
 		// The answer a run resumed on is kept with its step: the answer
 		// itself is in the confirmation's log, not the run's.
-		if d.ConfirmID != "" && s.ConfirmID == d.ConfirmID && s.Answer == nil {
+		if d.ConfirmID != "" && s.ConfirmID == d.ConfirmID && (s.Answer == nil || s.AnswerFromRun) {
+			// The run's word for the answer (a completion says only the
+			// choice; the resume says who and how), until the confirmation
+			// itself backs it.
 			s.Answer = &events.ConfirmAnsweredData{Choice: d.Choice, Method: d.Method, By: d.By, Reason: d.Reason}
-			s.AnswerFromRun = s.Status != StepCompleted
+			s.AnswerFromRun = s.AnswerFromRun || s.Status != StepCompleted
 		}
 	case events.RunFailed:
 		var d events.RunFailedData

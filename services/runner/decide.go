@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -97,9 +98,16 @@ type decider struct {
 func (d *decider) refuseResume(r *runstate.Run, i int, em *emitter) {
 	st, ss := r.Skill.Steps[i], &r.Steps[i]
 	a := ss.Answer
-	em.emit(events.RunPaused, fmt.Sprintf("s%d/a%d/unbacked/%s", i, ss.Attempt, em.cause), events.RunPausedData{
-		Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: ss.ConfirmID,
-		Message: firstLine(fmt.Sprintf("still waiting at %s: a resume said %s chose %q, but the confirmation has no such answer (a run the runner drives goes on at a confirmation's answer only)", ss.ConfirmID, who(a.By), a.Choice), 500),
+	cid := ss.ConfirmID
+	if cid == "" {
+		cid = ConfirmID(r.ID, i, max(ss.Attempt, 1))
+	}
+	// The cause's id is whoever wrote it: hashed, so the pause's id stays
+	// short whatever it was.
+	sum := sha256.Sum256([]byte(em.cause))
+	em.emit(events.RunPaused, fmt.Sprintf("s%d/a%d/unbacked/%x", i, ss.Attempt, sum[:8]), events.RunPausedData{
+		Reason: events.PauseAwaitingConfirmation, Step: st.Name, Index: i, ConfirmID: cid,
+		Message: firstLine(fmt.Sprintf("still waiting at %s: the run's log said %s chose %q, but the confirmation has no such answer (a run the runner drives goes on at a confirmation's answer only)", cid, who(a.By), a.Choice), 500),
 	})
 }
 
@@ -139,6 +147,16 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 			emit(events.RunStarted, "started", events.RunStartedData{Skill: r.SkillName, Driver: "runner", Inputs: r.Inputs, Steps: names, Agent: r.Agent, Yes: r.Yes, KnownIssues: d.knownIssues(r.Skill)})
 			continue
 		}
+		if f.Unbacked != nil {
+			// A resume or a confirm step's completion with no answer behind
+			// it is refused before anything else is decided.
+			for j := range r.Steps {
+				if r.Steps[j].AnswerFromRun && f.Unbacked(j) {
+					d.refuseResume(r, j, em)
+					return done()
+				}
+			}
+		}
 		i := r.Next(d.healWait > 0)
 		if i == len(r.Steps) {
 			d.propose(r, em)
@@ -177,10 +195,6 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 				// A tool that does not honour idempotency keys is not called
 				// again before a person says so.
 				if !em.emitted(stepSuffix(i, ss.Attempt, "started")) && !d.idempotent(st.Tool) {
-					if ss.AnswerFromRun && f.Unbacked != nil && f.Unbacked(i) {
-						d.refuseResume(r, i, em)
-						return done()
-					}
 					switch {
 					case ss.ConfirmID != LostCallConfirmID(r.ID, i, ss.Attempt) || ss.Answer == nil:
 						if r.Status != runstate.StatusPaused {
@@ -204,10 +218,6 @@ func (d *decider) decide(r *runstate.Run, cause *events.Event, f Facts) Decision
 			case skill.KindCompute:
 				d.compute(r, i, ss.Attempt, em, f.Now)
 			case skill.KindConfirm:
-				if ss.AnswerFromRun && f.Unbacked != nil && f.Unbacked(i) {
-					d.refuseResume(r, i, em)
-					return done()
-				}
 				if ss.Answer == nil {
 					if r.Status != runstate.StatusPaused {
 						d.askConfirm(r, i, ss.Attempt, em)

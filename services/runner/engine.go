@@ -479,11 +479,12 @@ func (e *engine) decide(r *runstate.Run, cause *events.Event, unbacked func(int)
 // unbackedResumes checks the answers a run took from resumed events in its
 // own log against the confirmations' logs: a run the runner drives goes
 // on at a confirmation's answer only, and anyone who may write the run's
-// subjects (an agent driving runs of its own) could write a resume. Only
-// a step not completed yet can hold such an answer (the runner's own
-// resumes follow the step's completion, but for a cancel or a lost call),
-// so this reads nothing for almost every decision. It returns the steps
-// whose answer the confirmation does not hold (nil: none).
+// subjects (an agent driving runs of its own) could write a resume or a
+// confirm step's completion. The runner's own answers are verified when
+// they arrive, so a step holds such an answer only after a write by
+// someone else or a reload from the run's log (then once per load): this
+// reads nothing for almost every decision. It returns the steps whose
+// answer the confirmation does not hold (nil: none).
 func (e *engine) unbackedResumes(ctx context.Context, r *runstate.Run) (func(int) bool, error) {
 	if !r.Requested || r.Terminal() {
 		return nil, nil
@@ -491,22 +492,29 @@ func (e *engine) unbackedResumes(ctx context.Context, r *runstate.Run) (func(int
 	var bad map[int]bool
 	for i := range r.Steps {
 		s := &r.Steps[i]
-		if !s.AnswerFromRun || s.Answer == nil || s.ConfirmID == "" || s.Status == runstate.StepCompleted {
+		if !s.AnswerFromRun || s.Answer == nil {
 			continue
 		}
-		st, err := confirmation.LoadVerdicts(ctx, e.bus, s.ConfirmID)
+		cid := s.ConfirmID
+		if cid == "" {
+			cid = ConfirmID(r.ID, i, max(s.Attempt, 1)) // completed before it asked
+		}
+		st, err := confirmation.LoadVerdicts(ctx, e.bus, cid)
 		if err != nil && events.CodeOf(err) != events.CodeNotFound {
 			return nil, err
 		}
 		if st != nil && st.Answer != nil && st.Answer.Choice == s.Answer.Choice {
-			s.AnswerFromRun = false // backed: the confirmation took this answer
+			// Backed: the confirmation took this choice. Its answer is the
+			// one kept (who answered, how), not the resume's word for it.
+			a := *st.Answer
+			s.Answer, s.AnswerFromRun = &events.ConfirmAnsweredData{Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason}, false
 			continue
 		}
 		if bad == nil {
 			bad = map[int]bool{}
 		}
 		bad[i] = true
-		e.log.Warn("a resume with no answer behind it: the run waits at its confirmation", "run", r.ID, "step", s.Name, "confirm", s.ConfirmID, "choice", s.Answer.Choice, "by", s.Answer.By)
+		e.log.Warn("a resume with no answer behind it: the run waits at its confirmation", "run", r.ID, "step", s.Name, "confirm", cid, "choice", s.Answer.Choice, "by", s.Answer.By)
 	}
 	if bad == nil {
 		return nil, nil
