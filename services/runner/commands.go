@@ -323,27 +323,7 @@ func (c *commands) cancel(ctx context.Context, req *command.CancelRun) (any, err
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	if r.Paused != nil && r.Paused.ConfirmID != "" {
-		c.closeConfirmation(ctx, r.Paused.ConfirmID, fmt.Sprintf("run %s was cancelled by %s: nothing waits for this answer", r.ID, actor(req.By)))
-	}
 	return command.RunReply{RunID: r.ID, Status: runstate.StatusCancelled}, nil
-}
-
-// closeConfirmation answers the confirmation an ended run waited at with
-// its safest option (method error, which approvers do not hold back: no
-// one decided), so that it leaves every inbox and an answer sent later is
-// told who closed it, instead of being taken for one that counts. A
-// confirmation answered first is left as it is. Best effort: the run has
-// ended whatever becomes of it (its deadline would close it too).
-func (c *commands) closeConfirmation(ctx context.Context, id, reason string) {
-	st, err := confirmation.Load(ctx, c.e.bus, id)
-	if err != nil || st.Request == nil || !st.Open() {
-		return
-	}
-	a := events.ConfirmAnsweredData{Choice: confirmation.SafeChoice(st.Request), Method: events.MethodError, By: Source, Channel: "runner", Reason: reason}
-	if _, err := confirmation.Answer(ctx, c.e.bus, Source, id, a, confirmation.FromState{State: st}, confirmation.WithEventID(id+"/answer/run-ended")); err != nil && events.CodeOf(err) != events.CodeConflict {
-		c.e.log.Warn("could not close the confirmation of an ended run", "confirm", id, "err", err)
-	}
 }
 
 // pause is what a run waits for from its agent, if anything: the paused

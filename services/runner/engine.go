@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/heedhq/heed/lib/runstate"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/skill"
+	"github.com/heedhq/heed/lib/textutil"
 	"github.com/heedhq/heed/lib/tool"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -419,6 +421,11 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 		}
 	case events.RunCancelled, events.RunAbandoned:
 		e.cancelFlights(id)
+		if r.Paused != nil && r.Paused.ConfirmID != "" {
+			if err := e.closeConfirmation(ctx, r.Paused.ConfirmID, endedReason(r, d.Event)); err != nil {
+				return nil, err // redelivered: the close is written once (its id)
+			}
+		}
 	case events.RunStepCompleted, events.RunStepFailed:
 		var ref struct {
 			Index   int `json:"index"`
@@ -474,6 +481,48 @@ func (e *engine) decide(r *runstate.Run, cause *events.Event, unbacked func(int)
 		}
 		return f.state // written under mu by the call's goroutine
 	}})
+}
+
+// closeConfirmation answers the confirmation an ended run waited at with
+// its safest option (method error, which approvers do not hold back: no
+// one decided), so that it leaves every inbox and an answer sent later is
+// told who closed it, instead of being taken for one that counts. One
+// answered first is left as it is. Done when the run's end comes back
+// from the log, so a crash between the end and the close redelivers it.
+func (e *engine) closeConfirmation(ctx context.Context, id, reason string) error {
+	st, err := confirmation.Load(ctx, e.bus, id)
+	if events.CodeOf(err) == events.CodeNotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Request == nil || !st.Open() {
+		return nil
+	}
+	a := events.ConfirmAnsweredData{Choice: confirmation.SafeChoice(st.Request), Method: events.MethodError, By: Source, Channel: "runner", Reason: reason}
+	_, err = confirmation.Answer(ctx, e.bus, Source, id, a, confirmation.FromState{State: st}, confirmation.WithEventID(id+"/answer/run-ended"))
+	if err != nil && events.CodeOf(err) != events.CodeConflict && events.CodeOf(err) != events.CodeInvalidRequest {
+		return err
+	}
+	return nil
+}
+
+// endedReason says why a run's confirmation closes without an answer.
+func endedReason(r *runstate.Run, ev *events.Event) string {
+	var d struct {
+		By     string `json:"by"`
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(ev.Data(), &d)
+	how := "was abandoned"
+	if events.Type(ev.Type()) == events.RunCancelled {
+		how = "was cancelled by " + actor(d.By)
+	}
+	if d.Reason != "" {
+		how += " (" + textutil.Cut(d.Reason, 200) + ")"
+	}
+	return fmt.Sprintf("run %s %s: nothing waits for this answer", r.ID, how)
 }
 
 // unbackedResumes checks the answers a run took from resumed events in its
