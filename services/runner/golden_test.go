@@ -108,6 +108,7 @@ func TestGoldenHistories(t *testing.T) {
 			// the runner reached applying its own events early.
 			checkSameFold(t, s.state, s.consumed)
 			checkRestarts(t, s)
+			checkReloads(t, s)
 		})
 	}
 }
@@ -400,6 +401,71 @@ func checkSameFold(t *testing.T, want *runstate.Run, consumed []*events.Event) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Errorf("the runner's state and a fresh fold of the log differ:\nrunner: %s\nfold:   %s", a, b)
+	}
+}
+
+// checkReloads is checkRestarts for a runner that reloads the run from the
+// run's own log, as it does after a restart (the answers are in the
+// confirmations' logs, not the run's): the answers it then reads from the
+// run's resumes and completions are checked against the confirmations'
+// answers in the log so far (engine.unbackedResumes), and must all be
+// backed — a reload that refused a real answer would write a pause the
+// golden log does not have.
+func checkReloads(t *testing.T, s *sim) {
+	t.Helper()
+	inLog := map[string]string{}
+	pos := map[string]int{}
+	for i, ev := range s.log {
+		inLog[ev.ID()] = string(ev.Data())
+		pos[ev.ID()] = i
+	}
+	for j := 1; j <= len(s.consumed); j++ {
+		cause := s.consumed[j-1]
+		r := runstate.New(goldenRun)
+		for i, ev := range s.consumed[:j] {
+			if events.Type(ev.Type()).Kind() != "run" && ev != cause {
+				continue // not in the run's log
+			}
+			if err := r.Apply(ev, uint64(i+1), s.skills); err != nil {
+				t.Fatal(err)
+			}
+		}
+		answers := map[string]*events.ConfirmAnsweredData{} // the first answer of each confirmation so far
+		for _, ev := range s.log[:pos[cause.ID()]+1] {
+			if events.Type(ev.Type()) != events.ConfirmAnswered || answers[ev.Subject()] != nil {
+				continue
+			}
+			var a events.ConfirmAnsweredData
+			if err := json.Unmarshal(ev.Data(), &a); err == nil {
+				answers[ev.Subject()] = &a
+			}
+		}
+		bad := map[int]bool{}
+		for i := range r.Steps {
+			st := &r.Steps[i]
+			if !st.AnswerFromRun || st.Answer == nil || r.Terminal() {
+				continue
+			}
+			cid := st.ConfirmID
+			if cid == "" {
+				cid = ConfirmID(goldenRun, i, max(st.Attempt, 1))
+			}
+			if a := answers[cid]; a != nil && a.Choice == st.Answer.Choice {
+				st.Answer, st.AnswerFromRun = &events.ConfirmAnsweredData{Choice: a.Choice, Method: a.Method, By: a.By, Reason: a.Reason}, false
+				continue
+			}
+			bad[i] = true
+		}
+		now := cause.Time()
+		dec := s.d.decide(r, cause, Facts{Now: func() time.Time { return now }, Calls: func(int, int) CallState { return CallNone }, Unbacked: func(i int) bool { return bad[i] }})
+		for _, ev := range dec.Events {
+			data, ok := inLog[ev.ID()]
+			if !ok {
+				t.Errorf("a runner that reloaded the run's log after %s writes %s (%s), which the golden log does not have", cause.ID(), ev.ID(), ev.Data())
+			} else if data != string(ev.Data()) {
+				t.Errorf("a runner that reloaded the run's log after %s writes %s with %s, the golden log has %s", cause.ID(), ev.ID(), ev.Data(), data)
+			}
+		}
 	}
 }
 
