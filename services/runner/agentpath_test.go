@@ -403,3 +403,67 @@ func TestForgedCompletionDoesNotPassAConfirmation(t *testing.T) {
 	}
 	h.waitEnd(id, events.RunCompleted)
 }
+
+// A confirmation asked first by someone else under the id the runner will
+// use (the ids are the run's, the step's and the attempt's) does not stand
+// for the step: the step fails, saying why, and an answer there by anyone
+// moves nothing.
+func TestConfirmationAskedFirstBySomeoneElse(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	// The gate is step 1: mallory asks under its id while the run waits
+	// at step 0 (the run's id is in the log for anyone who reads it).
+	id := h.start(`name: two_gates
+steps:
+  - name: first
+    confirm:
+      message: "First?"
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: gate
+    confirm:
+      message: "Drop the table?"
+      approvers: [user:boss]
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: after
+    compute: "'dropped'"
+`, nil, false)
+	h.waitPaused(id)
+	gate := runner.ConfirmID(id, 1, 1)
+	body, _ := json.Marshal(command.RequestConfirmation{ID: gate, ConfirmRequestedData: events.ConfirmRequestedData{
+		Message: "Drop the table?", Options: []events.Option{{Label: "Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}}, Default: "cancel", TimeoutS: 600, RunID: id}})
+	if m := h.request(command.ConfirmRequest, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("mallory's request: %s", m.Data)
+	}
+	answer := func(cid, by string) {
+		body, _ := json.Marshal(command.AnswerConfirmation{ID: cid, Choice: "proceed", By: by})
+		h.request(command.ConfirmAnswer, body)
+	}
+	answer(runner.ConfirmID(id, 0, 1), "user:alice")
+	h.waitRun(id, 10*time.Second, "the pause at the gate", func(evs []*events.Event) bool {
+		return strings.Contains(string(evs[len(evs)-1].Data()), gate) && evs[len(evs)-1].Type() == string(events.RunPaused)
+	})
+	answer(gate, "user:mallory") // taken by mallory's request, which names no approvers
+	evs := h.waitRun(id, 10*time.Second, "the gate step failing", func(evs []*events.Event) bool {
+		for _, ev := range evs {
+			if ev.Type() == string(events.RunStepFailed) && strings.Contains(string(ev.Data()), "confirmation_taken") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond)
+	for _, ev := range h.runLog(id) {
+		if ev.Type() == string(events.RunCompleted) || ev.Type() == string(events.RunStepStarted) && strings.Contains(string(ev.Data()), `"after"`) {
+			t.Fatalf("the run went on through a confirmation someone else asked first:\n%s", describe(evs))
+		}
+	}
+}

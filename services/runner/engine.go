@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -389,15 +390,26 @@ func (e *engine) handle(ctx context.Context, d *events.Delivery) ([]events.Event
 	if !events.ValidID(id) {
 		return nil, nil
 	}
+	var answered *confirmation.State
 	if events.Type(d.Event.Type()).Kind() == "confirm" {
-		ok, err := e.takesEffect(ctx, id, d)
-		if err != nil || !ok {
+		st, err := e.takesEffect(ctx, id, d)
+		if err != nil || st == nil {
 			return nil, err
 		}
+		answered = st
 	}
 	r, err := e.load(ctx, id, d)
 	if err != nil {
 		return nil, err
+	}
+	if answered != nil && r.Requested && !r.Terminal() {
+		for i := range r.Steps {
+			if r.Steps[i].ConfirmID == answered.ID {
+				if why := foreignRequest(r, i, answered); why != "" {
+					return nil, e.failTaken(ctx, r, i, answered.ID, why)
+				}
+			}
+		}
 	}
 	e.touch(id, time.Now())
 	if err := r.Apply(d.Event, d.Seq, e.skills); err != nil {
@@ -481,6 +493,63 @@ func (e *engine) decide(r *runstate.Run, cause *events.Event, unbacked func(int)
 		}
 		return f.state // written under mu by the call's goroutine
 	}})
+}
+
+// foreignRequest says why confirmation st cannot stand for step i of run
+// r ("" when it can): the first request of an id is the one every reader
+// judges answers by, and anyone may ask under an id first (the runner's
+// ids are predictable: the run's id, the step, the attempt) with other
+// approvers, a default of proceed, a short timeout. The terms that decide
+// who may answer and what the deadline answers must be the step's own.
+func foreignRequest(r *runstate.Run, i int, st *confirmation.State) string {
+	req := st.Request
+	if req == nil || r.Skill == nil || i < 0 || i >= len(r.Skill.Steps) || r.Skill.Steps[i].Confirm == nil {
+		return ""
+	}
+	c := r.Skill.Steps[i].Confirm
+	var opts []string
+	for _, o := range c.Options {
+		opts = append(opts, o.Value)
+	}
+	var got []string
+	for _, o := range req.Options {
+		got = append(got, o.Value)
+	}
+	var q *events.Quorum
+	if c.Quorum != nil {
+		q = &events.Quorum{Required: c.Quorum.Required, Veto: c.Quorum.Veto}
+	}
+	switch {
+	case req.Requester != Source || req.RunID != r.ID:
+		return fmt.Sprintf("it was asked by %s, not by the runner for this run", req.Requester)
+	case !slices.Equal(got, opts) || req.Default != c.Default:
+		return "its options or default are not the step's"
+	case !slices.Equal(req.Approvers, c.Approvers) || !reflect.DeepEqual(req.Quorum, q):
+		return "its approvers or quorum are not the step's"
+	case req.TimeoutS != c.Timeout.Seconds():
+		return "its timeout is not the step's"
+	}
+	return ""
+}
+
+// failTaken fails step i: its confirmation was asked first by someone
+// else (why), so nothing answered there moves the run.
+func (e *engine) failTaken(ctx context.Context, r *runstate.Run, i int, cid, why string) error {
+	st := &r.Steps[i]
+	if st.Status != runstate.StepStarted {
+		return nil
+	}
+	e.log.Warn("a confirmation of the run was asked first by someone else: the step fails", "run", r.ID, "step", st.Name, "confirm", cid, "why", why)
+	failed, err := events.NewEvent(events.RunStepFailed, r.ID, r.ID+"/"+stepSuffix(i, st.Attempt, "failed-taken"), Source, events.StepFailedData{
+		Step: st.Name, Index: i, Attempt: st.Attempt,
+		Error: events.ErrorInfo{Kind: "confirmation_taken", Message: fmt.Sprintf("confirmation %s was asked before the runner asked it (%s): every answer there is judged by that request, so the step cannot go on through it; retry the step to ask again under a new id", cid, why)}})
+	if err != nil {
+		return err
+	}
+	if err := e.bus.PublishAll(ctx, []events.Event{failed}); err != nil {
+		return err
+	}
+	return r.Apply(&failed, 0, e.skills)
 }
 
 // closeConfirmation answers the confirmation an ended run waited at with
@@ -575,32 +644,32 @@ func (e *engine) unbackedResumes(ctx context.Context, r *runstate.Run) (func(int
 // first valid answer in log order takes effect; see lib/confirmation) and
 // reports whether it is the answer of a confirmation of run id. Refused
 // answers are left alone: the confirm router reports them.
-func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery) (bool, error) {
+func (e *engine) takesEffect(ctx context.Context, id string, d *events.Delivery) (*confirmation.State, error) {
 	if events.Type(d.Event.Type()) != events.ConfirmAnswered {
-		return false, nil
+		return nil, nil
 	}
 	// The verdict alone: one read when the answer's guard proves it came
 	// right after the question, else reads of literal subjects, which the
 	// server finds from its subject index instead of walking the log.
 	st, err := confirmation.LoadAnswerVerdict(ctx, e.bus, d.Event, d.Seq, d.Header())
 	if events.CodeOf(err) == events.CodeNotFound {
-		return false, nil // an answer before its question: refused
+		return nil, nil // an answer before its question: refused
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	a, ok := st.AnswerAt(d.Seq)
 	if !ok || a.Refusal != nil || a.Counted || st.Gate.RunID == "" {
-		return false, nil
+		return nil, nil
 	}
 	if st.Gate.RunID != id {
 		// Not the runner's confirmation (its id does not name the run)
 		// and the answer does not say which run: the run's own worker
 		// must apply it, and this is not that worker.
 		e.log.Debug("answer for a run the runner does not map", "confirm", d.Event.Subject(), "run", st.Gate.RunID)
-		return false, nil
+		return nil, nil
 	}
-	return true, nil
+	return st, nil
 }
 
 // launch runs a tool call in its own goroutine. The delivery that caused it

@@ -190,6 +190,11 @@ func (e *engine) sweepRun(ctx context.Context, id string, quiet time.Duration) (
 		if st == nil || st.Answer == nil {
 			return false, nil // still waiting for someone: not stuck
 		}
+		if i := r.Paused.Index; i >= 0 && i < len(r.Steps) && r.Steps[i].ConfirmID == st.ID {
+			if why := foreignRequest(r, i, st); why != "" {
+				return true, e.failTaken(ctx, r, i, st.ID, why)
+			}
+		}
 		ans, err := events.NewEvent(events.ConfirmAnswered, st.ID, st.AnswerID, Source, st.Answer)
 		if err != nil {
 			return false, err

@@ -112,7 +112,8 @@ func TestSweepOfAParkedRunReadsItsAnswers(t *testing.T) {
 	put(events.RunRequested, id, id+"/requested", events.RunRequestedData{Skill: events.SkillRef{Name: sk.Name, Source: sk.Source, Digest: sk.Digest}, Inputs: map[string]any{}, RequestedBy: "test"})
 	put(events.RunStarted, id, id+"/started", events.RunStartedData{Skill: sk.Name, Driver: "runner", Steps: []string{"approve", "sum"}})
 	put(events.RunStepStarted, id, id+"/s0/a1/started", events.StepStartedData{Step: "approve", Index: 0, Attempt: 1, Kind: "confirm"})
-	put(events.ConfirmRequested, cid, cid+"/requested", events.ConfirmRequestedData{Message: "Go?", Options: []events.Option{{Label: "Yes", Value: "yes"}, {Label: "No", Value: "no"}}, Requester: "runner", RunID: id, Skill: sk.Name, Step: "approve", Index: &zero})
+	c := sk.Steps[0].Confirm // the request as the runner writes it (its terms are checked)
+	put(events.ConfirmRequested, cid, cid+"/requested", events.ConfirmRequestedData{Message: "Go?", Options: []events.Option{{Label: "Yes", Value: "yes"}, {Label: "No", Value: "no"}}, Default: c.Default, TimeoutS: c.Timeout.Seconds(), Requester: Source, RunID: id, Skill: sk.Name, Step: "approve", Index: &zero})
 	put(events.RunPaused, id, id+"/s0/paused", events.RunPausedData{Reason: events.PauseAwaitingConfirmation, Step: "approve", Index: 0, ConfirmID: cid})
 
 	e := newEngine(bus, &tool.Invoker{Registry: &tool.Registry{}}, eventstest.Logger(t), 5*time.Second)
