@@ -319,6 +319,7 @@ agree, and prints "vote counted: 1 of 2 for approve (alice)" meanwhile.`,
 	answer.Flags().StringVar(&reason, "reason", "", "why (recorded on the answer)")
 	answer.PreRunE = idArg("confirmation")
 	answer.Flags().StringVar(&by, "by", "", "who answers (default the current user)")
+	answer.Flags().StringVar(&by, "as", "", "the same as --by (as heed confirm and heed changes spell it)")
 	answer.Flags().StringVar(&remember, "remember", "", "remember the choice: skill_step (always for this skill step), error, or ask_again")
 	_ = answer.RegisterFlagCompletionFunc("remember", completeChoices("skill_step", "error", "ask_again"))
 	_ = answer.RegisterFlagCompletionFunc("by", cobra.NoFileCompletions)

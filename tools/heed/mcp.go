@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 			// Logs go to stderr: stdout is the protocol's.
 			log := g.logger(logLevel)
 			var users *console.Users
+			if tokens != "" && listen == "" {
+				return badInput("--tokens is for the HTTP transport (--listen); over stdio the client that starts heed mcp is the caller")
+			}
 			if listen != "" {
 				if tokens == "" {
 					return badInput("--listen needs --tokens: who may call, by bearer token (docs/MCP.md)")
@@ -68,6 +72,12 @@ needs "Authorization: Bearer <token>", and the token's entry in --tokens
 			defer c.Close()
 			if _, err := serveOps(cmd.Context(), cmd.ErrOrStderr(), metricsListen, "mcp", c.Conn(), log); err != nil {
 				return err
+			}
+			if st, err := os.Stat(skillsDir); err != nil || !st.IsDir() {
+				// Not fatal (skills may come later), but an agent listing
+				// none should not be the only one to find out.
+				abs, _ := filepath.Abs(skillsDir)
+				log.Warn("no skills directory: skill_list lists none and skill_run runs none by name (--skills)", "dir", abs)
 			}
 			cfg := heedmcp.Config{Identity: identity, SkillsDir: skillsDir, Version: currentBuild().Version, Log: log}
 			if listen == "" {
