@@ -142,7 +142,7 @@ func TestSkillsThroughMCP(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"skill_list", "skill_run", "skill_status", "skill_continue", "skill_retry_step", "skill_cancel", "confirmation_request",
-		"confirmation_answer", "escalation_request", "session_can_continue", "change_set_propose", "decision_history", "check_known_issues", "learn_tool_fix", "stats"} {
+		"confirmation_answer", "escalation_request", "escalation_status", "escalation_outcome", "session_can_continue", "change_set_propose", "decision_history", "check_known_issues", "learn_tool_fix", "stats"} {
 		if !names[want] {
 			t.Errorf("no tool %s", want)
 		}
@@ -351,6 +351,30 @@ func TestPeopleAndChangesThroughMCP(t *testing.T) {
 		t.Errorf("a critical request is held and the session may continue: %+v", held)
 	}
 	r.refused("escalation_request", map[string]any{"operation": "deploy", "risk": 7}, "")
+	// Followed up: its status (still held after a short wait), a retry
+	// under the agent's own id is the same escalation, and an approved
+	// one takes its outcome.
+	var st struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	r.must("escalation_status", map[string]any{"id": esc.ID, "wait_s": 0.3}, &st)
+	if st.ID != esc.ID || st.Status != esc.Status {
+		t.Errorf("escalation_status: %+v, want %s %s", st, esc.ID, esc.Status)
+	}
+	var first, again struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	low := map[string]any{"id": "mcp-esc-1", "operation": "test_run", "scope": "unit", "risk": 0.1, "confidence": 0.9}
+	r.must("escalation_request", low, &first)
+	r.must("escalation_request", low, &again)
+	if first.ID != "mcp-esc-1" || again.ID != first.ID || first.Status != "approved" {
+		t.Errorf("a retried request: %+v then %+v, want mcp-esc-1 approved twice", first, again)
+	}
+	var outcome map[string]any
+	r.must("escalation_outcome", map[string]any{"id": "mcp-esc-1", "outcome": "success"}, &outcome)
+	r.refused("escalation_outcome", map[string]any{"id": "mcp-esc-1", "outcome": "success"}, "")
 
 	var prop struct {
 		Sets []struct {

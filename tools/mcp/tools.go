@@ -105,6 +105,7 @@ type ConfirmAnswerIn struct {
 }
 
 type EscalationIn struct {
+	ID          string   `json:"id,omitempty" jsonschema:"your own id for this request: asking again with the same id and content returns the same escalation (a retry after a timeout), never a second one; other content under the id is a conflict"`
 	Operation   string   `json:"operation" jsonschema:"what you want to do: deploy, force_push, file_edit, migration..."`
 	Scope       string   `json:"scope,omitempty" jsonschema:"what it applies to: a path, a branch, a service"`
 	Environment string   `json:"environment,omitempty"`
@@ -112,6 +113,17 @@ type EscalationIn struct {
 	Confidence  *float64 `json:"confidence,omitempty" jsonschema:"how sure you are, 0 to 1"`
 	Title       string   `json:"title,omitempty"`
 	Message     string   `json:"message,omitempty"`
+}
+
+type EscalationStatusIn struct {
+	ID    string  `json:"id" jsonschema:"the escalation's id (escalation_request's reply)"`
+	WaitS float64 `json:"wait_s,omitempty" jsonschema:"seconds to wait while it is held for people to decide (0: at once; at most 600)"`
+}
+
+type EscalationOutcomeIn struct {
+	ID      string `json:"id" jsonschema:"the approved escalation's id"`
+	Outcome string `json:"outcome" jsonschema:"success or failure: how the operation went once you did it (it feeds the learned cache; a failure suspends it at once)"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 type SessionIn struct{}
@@ -178,7 +190,9 @@ func (s *Server) addTools() {
 	mcp.AddTool(srv, &mcp.Tool{Name: "skill_cancel", Description: "Cancel a run."}, s.skillCancel)
 	mcp.AddTool(srv, &mcp.Tool{Name: "confirmation_request", Description: "Ask a person a question with options, a deadline and a default; wait_s waits for the answer."}, s.confirmRequest)
 	mcp.AddTool(srv, &mcp.Tool{Name: "confirmation_answer", Description: "Answer a confirmation yourself, where heed lets this agent answer it (the request's approvers)."}, s.confirmAnswer)
-	mcp.AddTool(srv, &mcp.Tool{Name: "escalation_request", Description: "Ask for permission for a risky operation. Never blocks: the reply says approved, denied, or held (a tier of people decides; ask again with escalation status later)."}, s.escalationRequest)
+	mcp.AddTool(srv, &mcp.Tool{Name: "escalation_request", Description: "Ask for permission for a risky operation. Never blocks: the reply says approved (with the safeguards you must apply), denied, or held (a tier of people decides: follow it with escalation_status; give an id to make a retry safe)."}, s.escalationRequest)
+	mcp.AddTool(srv, &mcp.Tool{Name: "escalation_status", Description: "Where an escalation stands: held (and at which tier), approved with its safeguards, or denied with why; wait_s waits while it is held."}, s.escalationStatus)
+	mcp.AddTool(srv, &mcp.Tool{Name: "escalation_outcome", Description: "Report how an approved operation went (success or failure), once: heed learns from it which operations it may approve by itself next time."}, s.escalationOutcome)
 	mcp.AddTool(srv, &mcp.Tool{Name: "session_can_continue", Description: "May this session start new risky work? No while more than 3 requests, or any critical one, are held."}, s.sessionCanContinue)
 	mcp.AddTool(srv, &mcp.Tool{Name: "change_set_propose", Description: "Propose this wake's calls of deferred tools for a person's review (one item each; a batch tool one item per element). They are not applied until confirmed."}, s.changeSetPropose)
 	mcp.AddTool(srv, &mcp.Tool{Name: "decision_history", Description: "How people decided your recent proposals (confirmed, rejected with reasons, deferred, expired): read it at the start of a wake."}, s.decisionHistory)
@@ -330,9 +344,29 @@ func (s *Server) confirmAnswer(ctx context.Context, _ *mcp.CallToolRequest, in C
 }
 
 func (s *Server) escalationRequest(ctx context.Context, _ *mcp.CallToolRequest, in EscalationIn) (*mcp.CallToolResult, command.EscalationReply, error) {
-	rep, err := s.c.RequestEscalation(ctx, command.RequestEscalation{EscalationRequestedData: events.EscalationRequestedData{
+	rep, err := s.c.RequestEscalation(ctx, command.RequestEscalation{ID: in.ID, EscalationRequestedData: events.EscalationRequestedData{
 		Session: s.cfg.Identity, Operation: in.Operation, Scope: in.Scope, Environment: in.Environment, Risk: in.Risk, Confidence: in.Confidence,
 		Title: in.Title, Message: in.Message, Requester: s.cfg.Identity}})
+	return nil, rep, toolError(err)
+}
+
+func (s *Server) escalationStatus(ctx context.Context, _ *mcp.CallToolRequest, in EscalationStatusIn) (*mcp.CallToolResult, command.EscalationState, error) {
+	st, err := s.c.EscalationStatus(ctx, in.ID)
+	if err != nil || in.WaitS <= 0 || st.Status != events.EscalationHeld {
+		return nil, st, toolError(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitOf(in.WaitS))
+	defer cancel()
+	if decided, err := s.c.WaitEscalation(wctx, in.ID); err == nil && decided != nil {
+		return nil, *decided, nil
+	}
+	// Still held at the end of the wait: where it stands now.
+	st, err = s.c.EscalationStatus(ctx, in.ID)
+	return nil, st, toolError(err)
+}
+
+func (s *Server) escalationOutcome(ctx context.Context, _ *mcp.CallToolRequest, in EscalationOutcomeIn) (*mcp.CallToolResult, command.OutcomeReply, error) {
+	rep, err := s.c.ReportOutcome(ctx, command.ReportOutcome{ID: in.ID, Outcome: in.Outcome, Detail: in.Detail, By: s.cfg.Identity})
 	return nil, rep, toolError(err)
 }
 
