@@ -144,10 +144,15 @@ func validateQuorum(approvers []string, q *events.Quorum, options map[string]boo
 // request refused here is refused at once (invalid_request), not offered
 // and then denied by the router's error answer.
 func ValidateEscalation(req *events.EscalationRequestedData, options []string) string {
-	for _, f := range []struct{ name, v string }{{"session", req.Session}, {"operation", req.Operation}, {"scope", req.Scope}, {"environment", req.Environment}, {"title", req.Title}, {"message", req.Message}} {
-		if hasControl(f.v) {
-			return f.name + " contains control characters"
+	for _, f := range []struct{ name, v string }{{"session", req.Session}, {"operation", req.Operation}, {"scope", req.Scope}, {"environment", req.Environment}, {"title", req.Title}} {
+		// One line each in the offer: a line break or a reordering mark
+		// could make an approver read a line that is not there.
+		if hasControl(f.v) || strings.ContainsAny(f.v, "\n\t\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069") {
+			return f.name + " contains control characters (one line, no line breaks, tabs or direction marks)"
 		}
+	}
+	if hasControl(req.Message) {
+		return "message contains control characters"
 	}
 	opts := map[string]bool{}
 	for _, o := range options {

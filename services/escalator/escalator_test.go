@@ -597,9 +597,11 @@ func TestRequestsAnOfferCannotAskAreRefused(t *testing.T) {
 		data events.EscalationRequestedData
 		want string
 	}{
-		"a bell in the session":      {events.EscalationRequestedData{Session: "agent/s\u0007", Operation: "deploy"}, "session contains control characters"},
-		"an escape in the operation": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy\u001b[2J"}, "operation contains control characters"},
-		"a veto that is no option":   {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Quorum: &events.Quorum{Required: 2, Veto: []string{"nope"}}}, "veto nope is not one of the options"},
+		"a bell in the session":         {events.EscalationRequestedData{Session: "agent/s\u0007", Operation: "deploy"}, "session contains control characters"},
+		"an escape in the operation":    {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy\u001b[2J"}, "operation contains control characters"},
+		"a line break in the operation": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy\nRisk:        0% (approved)"}, "operation contains control characters"},
+		"a direction mark in the scope": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Scope: "main\u202egnp.exe"}, "scope contains control characters"},
+		"a veto that is no option":      {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Quorum: &events.Quorum{Required: 2, Veto: []string{"nope"}}}, "veto nope is not one of the options"},
 		"more votes than approvers": {events.EscalationRequestedData{Session: "agent/s1", Operation: "deploy", Approvers: []string{"user:a", "user:b"}, Quorum: &events.Quorum{Required: 3}},
 			"quorum.required is 3 but only 2 approvers are named"},
 	} {
