@@ -242,22 +242,7 @@ func TestForgedResumeDoesNotPassAConfirmation(t *testing.T) {
 	if err := json.Unmarshal(last.Data(), &p); err != nil || last.Type() != string(events.RunPaused) || p.ConfirmID != confirmID || !strings.Contains(p.Message, "the confirmation has no such answer") {
 		t.Fatalf("after the forged resume: %s %+v (%v)\n%s", last.Type(), p, err, describe(evs))
 	}
-	time.Sleep(200 * time.Millisecond)
-	for _, ev := range h.runLog(id) {
-		if ev.Type() == string(events.RunStepStarted) && strings.Contains(string(ev.Data()), `"after"`) || ev.Type() == string(events.RunCompleted) {
-			t.Fatalf("the run went on after a forged resume:\n%s", describe(h.runLog(id)))
-		}
-	}
-	if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
-		t.Fatalf("run %s, want paused", r.Status)
-	}
-
-	// The approver's answer moves it on.
-	body, _ := json.Marshal(command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:boss"})
-	if m := h.request(command.ConfirmAnswer, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
-		t.Fatalf("the approver's answer: %s", m.Data)
-	}
-	h.waitEnd(id, events.RunCompleted)
+	h.stillAtTheGateUntilBossAnswers(id, confirmID)
 }
 
 // A request id names one run: the same request again gets that run as it
@@ -384,24 +369,11 @@ func TestForgedCompletionDoesNotPassAConfirmation(t *testing.T) {
 	if _, err := h.bus.Publish(h.ctx(), &forged); err != nil {
 		t.Fatal(err)
 	}
-	evs := h.waitRun(id, 10*time.Second, "the pause after the forged completion", func(evs []*events.Event) bool {
+	h.waitRun(id, 10*time.Second, "the pause after the forged completion", func(evs []*events.Event) bool {
 		last := evs[len(evs)-1]
 		return last.Type() == string(events.RunPaused) && strings.Contains(string(last.Data()), "the confirmation has no such answer")
 	})
-	time.Sleep(200 * time.Millisecond)
-	for _, ev := range h.runLog(id) {
-		if ev.Type() == string(events.RunCompleted) || ev.Type() == string(events.RunStepStarted) && strings.Contains(string(ev.Data()), `"after"`) {
-			t.Fatalf("the run went on after a forged completion:\n%s", describe(evs))
-		}
-	}
-	if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
-		t.Fatalf("run %s, want paused", r.Status)
-	}
-	body, _ := json.Marshal(command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:boss"})
-	if m := h.request(command.ConfirmAnswer, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
-		t.Fatalf("the approver's answer: %s", m.Data)
-	}
-	h.waitEnd(id, events.RunCompleted)
+	h.stillAtTheGateUntilBossAnswers(id, confirmID)
 }
 
 // A confirmation asked first by someone else under the id the runner will
@@ -466,4 +438,25 @@ steps:
 			t.Fatalf("the run went on through a confirmation someone else asked first:\n%s", describe(evs))
 		}
 	}
+}
+
+// stillAtTheGateUntilBossAnswers checks that gatedSkill's run id has not
+// gone on past its gate (after a forgery), then answers as user:boss and
+// waits for it to complete.
+func (h *harness) stillAtTheGateUntilBossAnswers(id, confirmID string) {
+	h.t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	for _, ev := range h.runLog(id) {
+		if ev.Type() == string(events.RunCompleted) || ev.Type() == string(events.RunStepStarted) && strings.Contains(string(ev.Data()), `"after"`) {
+			h.t.Fatalf("the run went on past its gate:\n%s", describe(h.runLog(id)))
+		}
+	}
+	if r := h.getRun(command.GetRun{RunID: id}); r.Status != runstate.StatusPaused {
+		h.t.Fatalf("run %s, want paused", r.Status)
+	}
+	body, _ := json.Marshal(command.AnswerConfirmation{ID: confirmID, Choice: "proceed", By: "user:boss"})
+	if m := h.request(command.ConfirmAnswer, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
+		h.t.Fatalf("the approver's answer: %s", m.Data)
+	}
+	h.waitEnd(id, events.RunCompleted)
 }

@@ -16,14 +16,7 @@ func TestChangesListPagesWithAfter(t *testing.T) {
 	t.Parallel()
 	h := startHeedWithTools(t)
 	dir := t.TempDir()
-	cli := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, append([]string{"--nats-url", h.url}, args...)...)
-		if code != 0 {
-			t.Fatalf("heed %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-		}
-		return out
-	}
+	cli := func(args ...string) string { t.Helper(); return cliOK(t, h.url, args...) }
 	const n = 5
 	for i := range n {
 		calls := filepath.Join(dir, fmt.Sprintf("calls-%d.json", i))
@@ -80,14 +73,7 @@ func TestAuditOfAChangeSetSaysItsStatus(t *testing.T) {
 	if err := os.WriteFile(calls, []byte(`[{"tool":"set_task_title","args":{"task":"audit-1","title":"T"}}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, append([]string{"--nats-url", h.url}, args...)...)
-		if code != 0 {
-			t.Fatalf("heed %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-		}
-		return out
-	}
+	cli := func(args ...string) string { t.Helper(); return cliOK(t, h.url, args...) }
 	out := cli("changes", "propose", "--agent", "agent:auditor", "--subject", "audit-1", "--calls", calls, "--json")
 	id := regexp.MustCompile(`cs-[a-z0-9-]+`).FindString(out)
 	if id == "" {
@@ -101,4 +87,14 @@ func TestAuditOfAChangeSetSaysItsStatus(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// cliOK runs heed against url and fails the test unless it exits 0.
+func cliOK(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, append([]string{"--nats-url", url}, args...)...)
+	if code != 0 {
+		t.Fatalf("heed %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
 }
