@@ -135,10 +135,14 @@ func Screenshot(t *testing.T, name string) {
 	if out, err := exec.Command("import", "-window", "root", p).CombinedOutput(); err != nil {
 		t.Fatalf("screenshot: %v: %s", err, out)
 	}
-	if fi, err := os.Stat(p); err != nil || fi.Size() < 1000 {
-		t.Fatalf("screenshot %s: %v", p, err)
+	// An artifact for people to look at, not an assertion: a screen with
+	// nothing left on it (the notification closed by the answer) is a
+	// small image, and still a screenshot.
+	fi, err := os.Stat(p)
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("screenshot %s: nothing written (%v)", p, err)
 	}
-	t.Logf("screenshot: %s", p)
+	t.Logf("screenshot: %s (%d bytes)", p, fi.Size())
 }
 
 // repoRoot is the directory holding go.work, from the test's directory up.
