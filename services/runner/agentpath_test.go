@@ -460,3 +460,32 @@ func (h *harness) stillAtTheGateUntilBossAnswers(id, confirmID string) {
 	}
 	h.waitEnd(id, events.RunCompleted)
 }
+
+// A quorum step whose veto list is empty asks a confirmation whose request
+// leaves it out (JSON): still the step's own, so its answers count.
+func TestQuorumWithAnEmptyVetoIsTheStepsOwn(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	h.confirmRouter()
+	id := h.start(`name: two_of_two
+steps:
+  - name: gate
+    confirm:
+      message: "Go?"
+      approvers: [user:a, user:b]
+      quorum: {required: 2, veto: []}
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+`, nil, false)
+	h.waitPaused(id)
+	for _, by := range []string{"user:a", "user:b"} {
+		body, _ := json.Marshal(command.AnswerConfirmation{ID: runner.ConfirmID(id, 0, 1), Choice: "proceed", By: by})
+		if m := h.request(command.ConfirmAnswer, body); m.Header.Get(micro.ErrorCodeHeader) != "" {
+			t.Fatalf("%s's vote: %s", by, m.Data)
+		}
+	}
+	h.waitEnd(id, events.RunCompleted)
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -515,16 +514,18 @@ func foreignRequest(r *runstate.Run, i int, st *confirmation.State) string {
 	for _, o := range req.Options {
 		got = append(got, o.Value)
 	}
-	var q *events.Quorum
-	if c.Quorum != nil {
-		q = &events.Quorum{Required: c.Quorum.Required, Veto: c.Quorum.Veto}
+	sameQuorum := (req.Quorum == nil) == (c.Quorum == nil)
+	if sameQuorum && c.Quorum != nil {
+		// Compared field by field: an empty veto list and none are the
+		// same (JSON leaves an empty one out).
+		sameQuorum = req.Quorum.Required == c.Quorum.Required && slices.Equal(req.Quorum.Veto, c.Quorum.Veto)
 	}
 	switch {
 	case req.Requester != Source || req.RunID != r.ID:
 		return fmt.Sprintf("it was asked by %s, not by the runner for this run", req.Requester)
 	case !slices.Equal(got, opts) || req.Default != c.Default:
 		return "its options or default are not the step's"
-	case !slices.Equal(req.Approvers, c.Approvers) || !reflect.DeepEqual(req.Quorum, q):
+	case !slices.Equal(req.Approvers, c.Approvers) || !sameQuorum:
 		return "its approvers or quorum are not the step's"
 	case req.TimeoutS != c.Timeout.Seconds():
 		return "its timeout is not the step's"
