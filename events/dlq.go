@@ -44,6 +44,10 @@ type DeadLetter struct {
 	Consumer string
 	Code     Code
 	Reason   string
+	// ID is the dead letter's Nats-Msg-Id when the original has no stream
+	// position (a command, which no stream captures); empty: derived from
+	// Stream and Seq.
+	ID string
 }
 
 // Message builds the dead-letter message. Its Nats-Msg-Id derives from the
@@ -59,12 +63,19 @@ func (d DeadLetter) Message(now time.Time) *nats.Msg {
 	}
 	h.Set(HeaderDLQCode, string(d.Code))
 	h.Set(HeaderDLQReason, headerSafe(d.Reason))
-	h.Set(HeaderDLQStream, d.Stream)
-	h.Set(HeaderDLQSeq, strconv.FormatUint(d.Seq, 10))
+	if d.Stream != "" {
+		// A command has no stream position: no stream, no sequence.
+		h.Set(HeaderDLQStream, d.Stream)
+		h.Set(HeaderDLQSeq, strconv.FormatUint(d.Seq, 10))
+	}
 	h.Set(HeaderDLQSubject, d.Subject)
 	h.Set(HeaderDLQConsumer, d.Consumer)
 	h.Set(HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
-	h.Set(HeaderMsgID, "dlq:"+d.Stream+":"+strconv.FormatUint(d.Seq, 10))
+	id := d.ID
+	if id == "" {
+		id = "dlq:" + d.Stream + ":" + strconv.FormatUint(d.Seq, 10)
+	}
+	h.Set(HeaderMsgID, id)
 	return &nats.Msg{Subject: DLQSubject(d.Subject), Header: h, Data: d.Data}
 }
 
@@ -73,6 +84,18 @@ func SendDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter) e
 	_, err := js.PublishMsg(ctx, d.Message(time.Now()))
 	if err != nil {
 		return classifyPublishError(DLQSubject(d.Subject), err)
+	}
+	return nil
+}
+
+// DeadLetter writes d to the dead-letter stream, waits for the ack and
+// counts it with the bus's observer (under d.Consumer and d.Code).
+func (b *Bus) DeadLetter(ctx context.Context, d DeadLetter) error {
+	if err := SendDeadLetter(ctx, b.js, d); err != nil {
+		return err
+	}
+	if b.obs != nil {
+		b.obs.DeadLettered(d.Consumer, d.Code)
 	}
 	return nil
 }

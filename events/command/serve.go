@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 )
 
 // Func is a typed command handler.
@@ -29,8 +31,8 @@ const MaxConcurrent = 256
 // gets timeout to finish, within ctx (the service's: a draining service
 // cancels what it has in hand). Requests are handled concurrently, up to
 // MaxConcurrent; past that a request is answered at once with code busy.
-func Handler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f Func[Req]) micro.Handler {
-	return serve(ctx, subject, timeout, func(ctx context.Context, r micro.Request) (any, error) {
+func Handler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f Func[Req], opts ...Option) micro.Handler {
+	return serve(ctx, subject, timeout, opts, func(ctx context.Context, r micro.Request) (any, error) {
 		return handle(ctx, v, subject, r.Data(), f)
 	})
 }
@@ -42,8 +44,8 @@ type AgentFunc[Req any] func(ctx context.Context, agent string, req *Req) (any, 
 // AgentHandler is Handler for the command subject on every agent's path
 // (heed.cmd.as.*.<command>): the request is checked against subject's
 // schema, and f gets the agent the request came on.
-func AgentHandler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f AgentFunc[Req]) micro.Handler {
-	return serve(ctx, subject, timeout, func(ctx context.Context, r micro.Request) (any, error) {
+func AgentHandler[Req any](ctx context.Context, v *events.Validator, subject string, timeout time.Duration, f AgentFunc[Req], opts ...Option) micro.Handler {
+	return serve(ctx, subject, timeout, opts, func(ctx context.Context, r micro.Request) (any, error) {
 		agent, base, ok := AgentOf(r.Subject())
 		if !ok || base != subject {
 			return nil, events.Errorf(events.CodeInvalidRequest, "%s is not %s on an agent's path (%s.<agent>%s; an agent is one subject token)", r.Subject(), subject, AgentPrefix, strings.TrimPrefix(subject, events.CommandPrefix))
@@ -52,15 +54,73 @@ func AgentHandler[Req any](ctx context.Context, v *events.Validator, subject str
 	})
 }
 
+// Option adjusts how a command is served.
+type Option interface{ apply(*serveOptions) }
+
+type serveOptions struct {
+	dead *DeadLetters
+}
+
+// DeadLetters sends a request that fails and has no reply subject to
+// HEED_DLQ (heed.dlq.cmd.<command>) with its code and reason, counted
+// under Service in heed_dead_letters_total. Such a request was published
+// rather than requested (`nats pub heed.cmd.run.start …`): its error has
+// nowhere else to go, and principle 3 says nothing is dropped silently.
+// A request with a reply subject gets its error in the reply, as before.
+type DeadLetters struct {
+	Bus     *events.Bus
+	Service string       // the consumer the dead letter names, e.g. heed-runner-commands
+	Log     *slog.Logger // nil: slog.Default()
+}
+
+func (d DeadLetters) apply(o *serveOptions) { o.dead = &d }
+
+// unanswered dead-letters the failed request r, which has no reply
+// subject, if the command was served with DeadLetters.
+func (o *serveOptions) unanswered(ctx context.Context, r micro.Request, err error) {
+	if o.dead == nil || o.dead.Bus == nil {
+		return
+	}
+	log := o.dead.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	h := nats.Header(r.Headers())
+	dl := events.DeadLetter{
+		Subject: r.Subject(), Header: h, Data: r.Data(), Consumer: o.dead.Service,
+		Code: events.CodeOf(err), Reason: events.Message(err) + " (sent without a reply subject, so this dead letter is the only answer)",
+		ID: "dlq:cmd:" + nuid.Next(),
+	}
+	// The service's ctx, not the request's: the request may have run out
+	// of time, and the dead letter must still be written.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if werr := o.dead.Bus.DeadLetter(wctx, dl); werr != nil {
+		log.Error("a command sent without a reply subject failed, and its dead letter could not be written", "subject", dl.Subject, "code", dl.Code, "reason", events.Message(err), "err", werr)
+		return
+	}
+	log.Warn("dead-lettered a command sent without a reply subject", "subject", dl.Subject, "code", dl.Code, "reason", events.Message(err))
+}
+
 // serve runs h for each request, concurrently up to MaxConcurrent, each
-// within timeout, and sends its reply or error reply.
-func serve(ctx context.Context, subject string, timeout time.Duration, h func(ctx context.Context, r micro.Request) (any, error)) micro.Handler {
+// within timeout, and sends its reply or error reply (or, for a request
+// with no reply subject, a dead letter: see DeadLetters).
+func serve(ctx context.Context, subject string, timeout time.Duration, opts []Option, h func(ctx context.Context, r micro.Request) (any, error)) micro.Handler {
+	var o serveOptions
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
 		select {
 		case slots <- struct{}{}:
 		default:
-			RespondError(r, events.Errorf(events.CodeBusy, "%s has %d requests in hand; try again", subject, MaxConcurrent))
+			busy := events.Errorf(events.CodeBusy, "%s has %d requests in hand; try again", subject, MaxConcurrent)
+			if r.Reply() == "" {
+				go o.unanswered(ctx, r, busy)
+				return
+			}
+			RespondError(r, busy)
 			return
 		}
 		go func() {
@@ -68,6 +128,10 @@ func serve(ctx context.Context, subject string, timeout time.Duration, h func(ct
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			out, err := h(ctx, r)
+			if err != nil && r.Reply() == "" {
+				o.unanswered(ctx, r, err)
+				return
+			}
 			if err != nil {
 				// Not r.Error: it records the error on the request, which
 				// micro reads as soon as the handler has returned, while

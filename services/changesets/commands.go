@@ -29,16 +29,17 @@ func (s *server) serve(ctx context.Context, rt *service.Runtime) (micro.Service,
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := s.bus.Codec().Validator()
+	dl := command.DeadLetters{Bus: s.bus, Service: "heed-changesets-commands", Log: s.log}
 	g := svc.AddGroup(events.CommandPrefix + ".changeset")
 	for _, ep := range []struct {
 		name string
 		h    micro.Handler
 	}{
-		{"propose", command.Handler(ctx, v, command.ChangeSetPropose, commandTimeout, s.propose)},
-		{"decide", command.Handler(ctx, v, command.ChangeSetDecide, commandTimeout, s.decide)},
-		{"status", command.Handler(ctx, v, command.ChangeSetStatus, commandTimeout, s.status)},
-		{"list", command.Handler(ctx, v, command.ChangeSetList, commandTimeout, s.list)},
-		{"history", command.Handler(ctx, v, command.ChangeSetHistory, commandTimeout, s.history)},
+		{"propose", command.Handler(ctx, v, command.ChangeSetPropose, commandTimeout, s.propose, dl)},
+		{"decide", command.Handler(ctx, v, command.ChangeSetDecide, commandTimeout, s.decide, dl)},
+		{"status", command.Handler(ctx, v, command.ChangeSetStatus, commandTimeout, s.status, dl)},
+		{"list", command.Handler(ctx, v, command.ChangeSetList, commandTimeout, s.list, dl)},
+		{"history", command.Handler(ctx, v, command.ChangeSetHistory, commandTimeout, s.history, dl)},
 	} {
 		if err := g.AddEndpoint(ep.name, ep.h); err != nil {
 			_ = svc.Stop()

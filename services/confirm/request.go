@@ -18,10 +18,11 @@ const commandTimeout = 10 * time.Second
 
 func (r *router) registerCommands(ctx context.Context, svc micro.Service) error {
 	v := r.bus.Codec().Validator()
-	if err := svc.AddEndpoint("request", command.Handler(ctx, v, command.ConfirmRequest, commandTimeout, r.request), micro.WithEndpointSubject(command.ConfirmRequest)); err != nil {
+	dl := command.DeadLetters{Bus: r.bus, Service: "heed-confirm-commands", Log: r.log}
+	if err := svc.AddEndpoint("request", command.Handler(ctx, v, command.ConfirmRequest, commandTimeout, r.request, dl), micro.WithEndpointSubject(command.ConfirmRequest)); err != nil {
 		return err
 	}
-	return svc.AddEndpoint("answer", command.Handler(ctx, v, command.ConfirmAnswer, commandTimeout, r.answerCommand), micro.WithEndpointSubject(command.ConfirmAnswer))
+	return svc.AddEndpoint("answer", command.Handler(ctx, v, command.ConfirmAnswer, commandTimeout, r.answerCommand, dl), micro.WithEndpointSubject(command.ConfirmAnswer))
 }
 
 // request writes a validated confirmation request from any agent: nothing

@@ -26,15 +26,16 @@ func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Servi
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := e.bus.Codec().Validator()
+	dl := command.DeadLetters{Bus: e.bus, Service: "heed-escalator-commands", Log: e.log}
 	g := svc.AddGroup(events.CommandPrefix + ".escalation")
 	for _, ep := range []struct {
 		name string
 		h    micro.Handler
 	}{
-		{"request", command.Handler(ctx, v, command.EscalationRequest, commandTimeout, e.request)},
-		{"status", command.Handler(ctx, v, command.EscalationStatus, commandTimeout, e.status)},
-		{"held", command.Handler(ctx, v, command.EscalationHeld, commandTimeout, e.heldCmd)},
-		{"outcome", command.Handler(ctx, v, command.EscalationOutcome, commandTimeout, e.outcome)},
+		{"request", command.Handler(ctx, v, command.EscalationRequest, commandTimeout, e.request, dl)},
+		{"status", command.Handler(ctx, v, command.EscalationStatus, commandTimeout, e.status, dl)},
+		{"held", command.Handler(ctx, v, command.EscalationHeld, commandTimeout, e.heldCmd, dl)},
+		{"outcome", command.Handler(ctx, v, command.EscalationOutcome, commandTimeout, e.outcome, dl)},
 	} {
 		if err := g.AddEndpoint(ep.name, ep.h); err != nil {
 			_ = svc.Stop()

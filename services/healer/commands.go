@@ -34,12 +34,13 @@ func (c *fixCommands) serve(ctx context.Context, rt *service.Runtime) (micro.Ser
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := c.bus.Codec().Validator()
+	dl := command.DeadLetters{Bus: c.bus, Service: "heed-healer-commands", Log: rt.Log}
 	g := svc.AddGroup(events.CommandPrefix + ".fix")
-	if err := g.AddEndpoint("learn", command.Handler(ctx, v, command.FixLearn, commandTimeout, c.learn)); err != nil {
+	if err := g.AddEndpoint("learn", command.Handler(ctx, v, command.FixLearn, commandTimeout, c.learn, dl)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
-	if err := g.AddEndpoint("forget", command.Handler(ctx, v, command.FixForget, commandTimeout, c.forget)); err != nil {
+	if err := g.AddEndpoint("forget", command.Handler(ctx, v, command.FixForget, commandTimeout, c.forget, dl)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("register commands: %w", err)
 	}

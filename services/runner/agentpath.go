@@ -23,6 +23,7 @@ import (
 
 func (c *commands) registerAgentPath(ctx context.Context, svc micro.Service) error {
 	v := c.e.bus.Codec().Validator()
+	dl := c.deadLetters()
 	on := func(subject string) micro.EndpointOpt {
 		return micro.WithEndpointSubject(command.AsAgent("*", subject))
 	}
@@ -30,28 +31,28 @@ func (c *commands) registerAgentPath(ctx context.Context, svc micro.Service) err
 		name, subject string
 		h             micro.Handler
 	}{
-		{"agent-start", command.RunStart, command.AgentHandler(ctx, v, command.RunStart, commandTimeout, c.agentStart)},
+		{"agent-start", command.RunStart, command.AgentHandler(ctx, v, command.RunStart, commandTimeout, c.agentStart, dl)},
 		{"agent-continue", command.RunContinue, command.AgentHandler(ctx, v, command.RunContinue, commandTimeout, func(ctx context.Context, agent string, req *command.ContinueRun) (any, error) {
 			if err := actingAs(agent, command.RunContinue, &req.By); err != nil {
 				return nil, err
 			}
 			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.continueRun)(ctx, req) })
-		})},
+		}, dl)},
 		{"agent-retry", command.RunRetry, command.AgentHandler(ctx, v, command.RunRetry, commandTimeout, func(ctx context.Context, agent string, req *command.RetryStep) (any, error) {
 			if err := actingAs(agent, command.RunRetry, &req.By); err != nil {
 				return nil, err
 			}
 			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.retry)(ctx, req) })
-		})},
+		}, dl)},
 		{"agent-cancel", command.RunCancel, command.AgentHandler(ctx, v, command.RunCancel, commandTimeout, func(ctx context.Context, agent string, req *command.CancelRun) (any, error) {
 			if err := actingAs(agent, command.RunCancel, &req.By); err != nil {
 				return nil, err
 			}
 			return c.asOwner(ctx, agent, req.RunID, func() (any, error) { return retrying(c.cancel)(ctx, req) })
-		})},
+		}, dl)},
 		{"agent-get", command.RunGet, command.AgentHandler(ctx, v, command.RunGet, commandTimeout, func(ctx context.Context, agent string, req *command.GetRun) (any, error) {
 			return c.readRun(ctx, req, agent)
-		})},
+		}, dl)},
 	} {
 		if err := svc.AddEndpoint(ep.name, ep.h, on(ep.subject)); err != nil {
 			return err

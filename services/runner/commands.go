@@ -41,19 +41,26 @@ const commandTimeout = 15 * time.Second
 
 func (c *commands) register(ctx context.Context, svc micro.Service) error {
 	v := c.e.bus.Codec().Validator()
+	dl := c.deadLetters()
 	g := svc.AddGroup(events.CommandPrefix + ".run")
 	for name, h := range map[string]micro.Handler{
-		"start":    command.Handler(ctx, v, command.RunStart, commandTimeout, c.start),
-		"continue": command.Handler(ctx, v, command.RunContinue, commandTimeout, retrying(c.continueRun)),
-		"retry":    command.Handler(ctx, v, command.RunRetry, commandTimeout, retrying(c.retry)),
-		"cancel":   command.Handler(ctx, v, command.RunCancel, commandTimeout, retrying(c.cancel)),
-		"get":      command.Handler(ctx, v, command.RunGet, commandTimeout, c.get),
+		"start":    command.Handler(ctx, v, command.RunStart, commandTimeout, c.start, dl),
+		"continue": command.Handler(ctx, v, command.RunContinue, commandTimeout, retrying(c.continueRun), dl),
+		"retry":    command.Handler(ctx, v, command.RunRetry, commandTimeout, retrying(c.retry), dl),
+		"cancel":   command.Handler(ctx, v, command.RunCancel, commandTimeout, retrying(c.cancel), dl),
+		"get":      command.Handler(ctx, v, command.RunGet, commandTimeout, c.get, dl),
 	} {
 		if err := g.AddEndpoint(name, h); err != nil {
 			return err
 		}
 	}
 	return c.registerAgentPath(ctx, svc)
+}
+
+// deadLetters dead-letters a failed command that came without a reply
+// subject (see command.DeadLetters).
+func (c *commands) deadLetters() command.DeadLetters {
+	return command.DeadLetters{Bus: c.e.bus, Service: "heed-runner-commands", Log: c.e.log}
 }
 
 // retrying re-runs a command that lost an optimistic-concurrency race

@@ -109,8 +109,14 @@ func printRaw(out writer, codec *events.Codec, raw events.RawMsg, stream string,
 			fmt.Fprintln(out, string(b))
 			return
 		}
-		fmt.Fprintf(out, "%-6d %s  DEAD LETTER %s  %s  (from %s seq %s)\n", raw.Seq, h.Get(events.HeaderDLQTime),
-			h.Get(events.HeaderDLQCode), h.Get(events.HeaderDLQReason), h.Get(events.HeaderDLQSubject), h.Get(events.HeaderDLQSeq))
+		from := h.Get(events.HeaderDLQSubject)
+		if seq := h.Get(events.HeaderDLQSeq); seq != "" {
+			from += " seq " + seq
+		} else {
+			from += ", a command sent without a reply subject" // no stream position
+		}
+		fmt.Fprintf(out, "%-6d %s  DEAD LETTER %s  %s  (from %s)\n", raw.Seq, h.Get(events.HeaderDLQTime),
+			h.Get(events.HeaderDLQCode), h.Get(events.HeaderDLQReason), from)
 		return
 	}
 	ev, err := codec.DecodeStored(raw)
