@@ -35,9 +35,9 @@ func TestCommandWithoutReplyIsDeadLettered(t *testing.T) {
 	w := watch(t, h.js, "heed.run.*.requested")
 	for _, p := range []struct{ subject, body string }{
 		{"heed.cmd.run.start", string(start)},
-		{"heed.cmd.run.start", `{"skill": `},                                                 // not JSON
-		{"heed.cmd.confirm.answer", `{"confirm_id": "nosuch-s0-a1", "choice": "proceed"}`},   // no such confirmation
-		{"heed.cmd.escalation.request", `{"session": "s1"}`},                                  // misses required fields
+		{"heed.cmd.run.start", `{"skill": `},                                                // not JSON
+		{"heed.cmd.confirm.answer", `{"confirm_id": "nosuch-s0-a1", "choice": "proceed"}`},  // no such confirmation
+		{"heed.cmd.escalation.request", `{"session": "s1"}`},                                // misses required fields
 		{"heed.cmd.changeset.decide", `{"id": "nosuch", "item": 1, "decision": "confirm"}`}, // schema or not_found
 	} {
 		if err := h.nc.Publish(p.subject, []byte(p.body)); err != nil {
