@@ -117,7 +117,10 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 		default:
 			busy := events.Errorf(events.CodeBusy, "%s has %d requests in hand; try again", subject, MaxConcurrent)
 			if r.Reply() == "" {
-				go o.unanswered(ctx, r, busy)
+				// Written here, holding up this endpoint's next requests
+				// (all of them refused as busy meanwhile anyway): a flood
+				// of them must not become a flood of goroutines.
+				o.unanswered(ctx, r, busy)
 				return
 			}
 			RespondError(r, busy)
