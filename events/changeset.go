@@ -200,6 +200,36 @@ func ChangeSetPartID(base string, n int) string {
 // calls are gathered into: <run-id>-cs.
 func RunChangeSetID(runID string) string { return runID + "-cs" }
 
+// RunChangeSetRoundID is the base id of the change set of a run's round
+// (from 1): the run's deferred calls until it first ends are round 1,
+// <run-id>-cs; a failed run that a retry reopens gathers the calls it
+// queues after that into round 2, <run-id>-cs-r2, and so on. Each end
+// proposes its round's calls, and a proposed set takes no more.
+func RunChangeSetRoundID(runID string, round int) string {
+	if round <= 1 {
+		return RunChangeSetID(runID)
+	}
+	return fmt.Sprintf("%s-r%d", RunChangeSetID(runID), round)
+}
+
+// InChangeSet reports whether set is base or one of its parts
+// (ChangeSetPartID).
+func InChangeSet(set, base string) bool {
+	if set == base {
+		return true
+	}
+	n, ok := strings.CutPrefix(set, base+"-p")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // ChangeItemID names one item: <set-id>/<item>.
 func ChangeItemID(setID string, item int) string { return setID + "/" + strconv.Itoa(item) }
 

@@ -131,6 +131,11 @@ type Run struct {
 	Attempts    map[int]map[int]*Attempt `json:"attempts,omitempty"` // step index → attempt number → attempt
 	Paused      *events.RunPausedData    `json:"paused,omitempty"`
 	Failure     *events.ErrorInfo        `json:"failure,omitempty"`
+	// Failures counts the times the run failed (a retry may reopen a
+	// failed run): each end proposes the change items queued before it,
+	// and items queued after a reopening go to the next round's set
+	// (events.RunChangeSetRoundID).
+	Failures int `json:"failures,omitempty"`
 	// Abandoned is why the run ended abandoned (no event for the runner's
 	// idle time).
 	Abandoned *events.RunAbandonedData `json:"abandoned,omitempty"`
@@ -271,6 +276,9 @@ func (r *Run) Apply(ev *events.Event, seq uint64, skills *skill.Cache) error {
 		if next != r.Status {
 			if next == StatusRunning {
 				r.Paused, r.Failure = nil, nil
+			}
+			if next == StatusFailed {
+				r.Failures++
 			}
 			r.Status = next
 		}

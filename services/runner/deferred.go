@@ -28,16 +28,31 @@ func (d *decider) deferred(r *runstate.Run, i int) bool {
 	return ok && spec.Deferred()
 }
 
-// queuedBefore counts the items the run's deferred steps before step i
-// queued.
+// roundSet is the base id of the set the items the run queues now go to:
+// <run-id>-cs, or after a retry reopened the failed run, the next round's
+// (events.RunChangeSetRoundID): its earlier ends proposed theirs.
+func roundSet(r *runstate.Run) string {
+	return events.RunChangeSetRoundID(r.ID, r.Failures+1)
+}
+
+// queuedBefore counts the items of the current round (roundSet) that the
+// run's deferred steps before step i queued.
 func (d *decider) queuedBefore(r *runstate.Run, i int) int {
-	n := 0
+	base, n := roundSet(r), 0
 	for j := 0; j < i && j < len(r.Steps); j++ {
-		if r.Steps[j].Status == runstate.StepCompleted && d.deferred(r, j) {
+		if r.Steps[j].Status == runstate.StepCompleted && d.deferred(r, j) && queuedIn(r.Steps[j].Output, base) {
 			n += len(queuedIDs(r.Steps[j].Output))
 		}
 	}
 	return n
+}
+
+// queuedIn reports whether a deferred step's output queued its items in
+// the set base (or its parts).
+func queuedIn(out any, base string) bool {
+	m, _ := out.(map[string]any)
+	set, _ := m["change_set"].(string)
+	return events.InChangeSet(set, base)
 }
 
 // queuedIDs are the item ids a deferred step's output names.
@@ -67,11 +82,12 @@ func (d *decider) queue(r *runstate.Run, i, attempt int, args map[string]any, em
 		return
 	}
 	first := d.queuedBefore(r, i)
+	base := roundSet(r)
 	var ids []any
 	sets := map[string]bool{}
 	var setList []string
 	for k := range items {
-		set, item := runItem(r.ID, first+k+1)
+		set, item := runItem(base, first+k+1)
 		ids = append(ids, events.ChangeItemID(set, item))
 		if !sets[set] {
 			sets[set] = true
@@ -86,18 +102,22 @@ func (d *decider) queue(r *runstate.Run, i, attempt int, args map[string]any, em
 	em.emit(events.RunStepCompleted, stepSuffix(i, attempt, "completed"), events.StepCompletedData{Step: st.Name, Index: i, Attempt: attempt, Output: out})
 }
 
-// runItem places the run's n-th queued item (from 1): its set and number.
-func runItem(runID string, n int) (string, int) {
-	return events.ChangeSetPartID(events.RunChangeSetID(runID), (n-1)/events.MaxChangeItems+1), (n-1)%events.MaxChangeItems + 1
+// runItem places the n-th item (from 1) queued in the set base: its set
+// (base or a part) and number.
+func runItem(base string, n int) (string, int) {
+	return events.ChangeSetPartID(base, (n-1)/events.MaxChangeItems+1), (n-1)%events.MaxChangeItems + 1
 }
 
-// propose adds the proposals of the run's queued items (none: nothing).
-// Their ids are fixed (<set-id>/proposed), so deciding the end again
-// after a crash proposes nothing twice.
+// propose adds the proposals of the items the run queued in this round
+// (none: nothing): the items queued before an earlier end (a failure a
+// retry reopened) were proposed then. Their ids are fixed
+// (<set-id>/proposed), so deciding the end again after a crash proposes
+// nothing twice.
 func (d *decider) propose(r *runstate.Run, em *emitter) {
+	base := roundSet(r)
 	var calls []command.ProposedCall
 	for i := range r.Steps {
-		if r.Steps[i].Status == runstate.StepCompleted && d.deferred(r, i) && len(queuedIDs(r.Steps[i].Output)) > 0 {
+		if r.Steps[i].Status == runstate.StepCompleted && d.deferred(r, i) && len(queuedIDs(r.Steps[i].Output)) > 0 && queuedIn(r.Steps[i].Output, base) {
 			out, _ := r.Steps[i].Output.(map[string]any)
 			before, _ := out["before"].(map[string]any)
 			calls = append(calls, command.ProposedCall{Tool: r.Skill.Steps[i].Tool, Args: r.Steps[i].Args, Before: before})
@@ -118,7 +138,7 @@ func (d *decider) propose(r *runstate.Run, em *emitter) {
 	if agent == "" {
 		agent = "heed/runner"
 	}
-	ids, parts := changeset.Parts(events.RunChangeSetID(r.ID), items)
+	ids, parts := changeset.Parts(base, items)
 	expiry := d.changeSetExpiry
 	if expiry <= 0 {
 		expiry = events.DefaultChangeSetExpiry
