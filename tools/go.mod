@@ -24,6 +24,7 @@ require github.com/heedhq/heed/services/learner v0.0.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
+	github.com/google/jsonschema-go v0.4.3
 	github.com/heedhq/heed/client v0.0.0
 	github.com/heedhq/heed/lib v0.0.0
 	github.com/heedhq/heed/services/changesets v0.0.0
@@ -50,7 +51,6 @@ require (
 	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
-	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/heedhq/heed/schemas v0.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect

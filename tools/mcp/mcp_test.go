@@ -171,6 +171,20 @@ func TestSkillsThroughMCP(t *testing.T) {
 		t.Fatalf("the answer: %v %+v", err, st)
 	}
 
+	// Without wait_s, the run as it stands once the runner took the
+	// answer up: not still paused at the question just answered, with a
+	// "next" that asks to answer it again.
+	var second heedmcp.RunResult
+	r.must("skill_run", map[string]any{"skill": "release_prod", "inputs": map[string]any{"commit_sha": sha}, "wait_s": 20}, &second)
+	if second.Status != "paused" || second.Awaiting == nil {
+		t.Fatalf("a second paused run: %+v", second)
+	}
+	var moved heedmcp.RunResult
+	r.must("skill_continue", map[string]any{"run_id": second.RunID, "choice": "cancel"}, &moved)
+	if moved.Status == "paused" && moved.Awaiting != nil && moved.Awaiting.ConfirmID == second.Awaiting.ConfirmID {
+		t.Fatalf("skill_continue without wait_s describes the run before the answer: %+v (next %q)", moved, moved.Next)
+	}
+
 	// A failure handed to the agent, retried with corrected args.
 	var failed heedmcp.RunResult
 	r.must("skill_run", map[string]any{"skill": "check_tag", "inputs": map[string]any{"tag": "0123456"}, "wait_s": 30}, &failed)

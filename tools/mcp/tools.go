@@ -284,10 +284,42 @@ func (s *Server) skillContinue(ctx context.Context, req *mcp.CallToolRequest, in
 	if err != nil {
 		return nil, RunResult{}, err
 	}
-	if _, err := s.c.Continue(ctx, command.ContinueRun{RunID: in.RunID, Choice: in.Choice, Reason: in.Reason, By: s.cfg.Identity}); err != nil {
+	rep, err := s.c.Continue(ctx, command.ContinueRun{RunID: in.RunID, Choice: in.Choice, Reason: in.Reason, By: s.cfg.Identity})
+	if err != nil {
 		return nil, RunResult{}, toolError(err)
 	}
+	if in.WaitS <= 0 && rep.ConfirmID != "" {
+		return s.pastQuestion(ctx, in.RunID, rep.ConfirmID)
+	}
 	return s.runResult(ctx, req, in.RunID, at, in.WaitS)
+}
+
+// pastQuestionWait bounds how long skill_continue without wait_s waits
+// for the runner to take up the answer.
+const pastQuestionWait = 5 * time.Second
+
+// pastQuestion describes run id once it no longer waits at confirmation
+// cid. The answer is in the log when Continue returns, and the runner
+// resumes the run a moment later: read at once, the run still stood at
+// the question just answered, and its "next" asked to answer it again
+// (which then failed: the run was not paused). After pastQuestionWait
+// (a runner that is down) the run is described as it stands.
+func (s *Server) pastQuestion(ctx context.Context, id, cid string) (*mcp.CallToolResult, RunResult, error) {
+	deadline := time.Now().Add(pastQuestionWait)
+	for {
+		r, err := s.c.Run(ctx, id)
+		if err != nil {
+			return nil, RunResult{}, toolError(err)
+		}
+		if r.Paused == nil || r.Paused.ConfirmID != cid || r.Terminal() || time.Now().After(deadline) {
+			return nil, s.result(ctx, r), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, s.result(ctx, r), nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Server) skillRetry(ctx context.Context, req *mcp.CallToolRequest, in RetryIn) (*mcp.CallToolResult, RunResult, error) {
@@ -431,9 +463,31 @@ func (s *Server) stats(ctx context.Context, _ *mcp.CallToolRequest, _ StatsIn) (
 	if err != nil {
 		return nil, StatsOut{}, toolError(err)
 	}
-	if cst == nil {
-		cst = []readmodel.ChangeStats{}
+	return nil, emptyStats(StatsOut{AutoHealRate: st.AutoHealRate(), TotalFailures: st.TotalFailures, AutoFixed: st.AutoFixed, AgentFixed: st.AgentFixed,
+		ManualRequired: st.ManualRequired, FixesLearned: st.FixesLearned, Escalations: est, ChangeSets: cst}), nil
+}
+
+// emptyStats gives out's nil maps and lists their empty values: the SDK
+// checks the output against the schema of StatsOut, where a map is an
+// object and null is refused as a protocol error (a heed with no
+// escalation yet has no counts by route).
+func emptyStats(out StatsOut) StatsOut {
+	e := &out.Escalations
+	for _, m := range []*map[string]int{&e.Routed, &e.Decided, &e.Escalated} {
+		if *m == nil {
+			*m = map[string]int{}
+		}
 	}
-	return nil, StatsOut{AutoHealRate: st.AutoHealRate(), TotalFailures: st.TotalFailures, AutoFixed: st.AutoFixed, AgentFixed: st.AgentFixed,
-		ManualRequired: st.ManualRequired, FixesLearned: st.FixesLearned, Escalations: est, ChangeSets: cst}, nil
+	if e.Daily == nil {
+		e.Daily = map[string]readmodel.EscalationPeriod{}
+	}
+	if out.ChangeSets == nil {
+		out.ChangeSets = []readmodel.ChangeStats{}
+	}
+	for i := range out.ChangeSets {
+		if out.ChangeSets[i].Tools == nil {
+			out.ChangeSets[i].Tools = map[string]readmodel.ToolDecisions{}
+		}
+	}
+	return out
 }
