@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -49,17 +48,7 @@ func (c *Config) defaults() {
 
 // Deadline is when a request made at t with timeout_s expires.
 func (c Config) Deadline(t time.Time, timeoutS float64) time.Time {
-	var d time.Duration
-	switch {
-	case math.IsNaN(timeoutS) || timeoutS <= 0:
-		d = c.DefaultTimeout
-	case timeoutS >= c.MaxTimeout.Seconds():
-		// Compared as seconds: 1e10 s in nanoseconds overflows a Duration.
-		d = c.MaxTimeout
-	default:
-		d = time.Duration(timeoutS * float64(time.Second)) // at least 0; a tiny one is the minimum
-	}
-	return t.Add(min(max(d, c.MinTimeout), c.MaxTimeout))
+	return confirmation.Bounds{Default: c.DefaultTimeout, Min: c.MinTimeout, Max: c.MaxTimeout}.Deadline(t, timeoutS)
 }
 
 // ConsumerName is the router's durable consumer.

@@ -95,9 +95,7 @@ func NewOffer(st *confirmation.State) Offer {
 			o.Title = "heed: a question"
 		}
 	}
-	if req.TimeoutS > 0 && !st.RequestedAt.IsZero() {
-		o.Deadline = st.RequestedAt.Add(time.Duration(req.TimeoutS * float64(time.Second)))
-	}
+	o.Deadline = st.Deadline()
 	ctx := req.Context
 	str := func(k string) string { s, _ := ctx[k].(string); return s }
 	o.EscalationID, o.Operation, o.Scope, o.Tier = str("escalation_id"), str("operation"), str("scope"), str("tier")

@@ -31,10 +31,6 @@ type promptResult struct {
 // errNoTerminal is returned when there is nobody to ask.
 var errNoTerminal = errors.New("stdin is not a terminal, so nobody can be asked here")
 
-// defaultPromptTimeout is used when a request has no timeout (the router's
-// default).
-const defaultPromptTimeout = 300 * time.Second
-
 // prompt asks the person at the terminal to answer one confirmation: the
 // numbered options, a live countdown with a spinner, Enter for the default,
 // a digit for that option, 'a' to remember the choice, Ctrl-C to cancel.
@@ -68,11 +64,7 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 		return fromAnswer(now.Answer, start), nil
 	}
 
-	timeout := time.Duration(req.TimeoutS * float64(time.Second))
-	if timeout <= 0 {
-		timeout = defaultPromptTimeout
-	}
-	deadline := st.RequestedAt.Add(timeout)
+	deadline := st.Deadline()
 	def := st.Gate.Default
 
 	w := &crlf{w: out}
@@ -243,10 +235,24 @@ func hasValue(opts []events.Option, v string) bool {
 
 func formatLeft(d time.Duration) string {
 	s := int(d.Seconds() + 0.999)
-	if s < 60 {
+	switch {
+	case s < 60:
 		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm %02ds", s/60, s%60)
+	default:
+		return fmt.Sprintf("%dh %02dm", s/3600, s%3600/60)
 	}
-	return fmt.Sprintf("%dm %02ds", s/60, s%60)
+}
+
+// clockOrDate is t as a local time of day, with its date when it is not
+// today (a deadline may be up to a day away).
+func clockOrDate(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if y, m, d := t.Date(); y == now.Year() && m == now.Month() && d == now.Day() {
+		return t.Format("15:04:05 MST")
+	}
+	return t.Format("Mon 2 Jan 15:04:05 MST")
 }
 
 // crlf writes \r\n for \n: the terminal may be in raw mode.

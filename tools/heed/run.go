@@ -222,13 +222,7 @@ type progress struct {
 }
 
 // confirmDeadline is when a confirmation's default applies.
-func confirmDeadline(st *confirmation.State) time.Time {
-	timeout := time.Duration(st.Request.TimeoutS * float64(time.Second))
-	if timeout <= 0 {
-		timeout = defaultPromptTimeout
-	}
-	return st.RequestedAt.Add(timeout)
-}
+func confirmDeadline(st *confirmation.State) time.Time { return st.Deadline() }
 
 // awaiting says, when nobody is asked at this terminal, what the run waits
 // for, until when, and the ways to answer: heed run never sits silent.
@@ -247,7 +241,7 @@ func (p *progress) awaiting(st *confirmation.State, now time.Time) {
 	}
 	deadline := confirmDeadline(st)
 	p.line("  choices: %s", strings.Join(choices, ", "))
-	p.line("  waiting for an answer until %s (%s left); then the default, %s, applies", deadline.Local().Format("15:04:05 MST"), formatLeft(deadline.Sub(now)), def)
+	p.line("  waiting for an answer until %s (%s left); then the default, %s, applies", clockOrDate(deadline, now), formatLeft(deadline.Sub(now)), def)
 	choice := confirmation.ProceedChoice(st.Request)
 	if choice == "" {
 		choice = "CHOICE"

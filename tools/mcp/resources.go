@@ -51,9 +51,7 @@ func (s *Server) readConfirmations(ctx context.Context, req *mcp.ReadResourceReq
 		}
 		p := pendingConfirmation{ID: e.ID, Title: st.Request.Title, Message: st.Request.Message, Options: st.Request.Options, Default: st.Gate.Default,
 			RunID: st.Request.RunID, Approvers: st.Request.Approvers}
-		if st.Request.TimeoutS > 0 {
-			p.Deadline = st.RequestedAt.Add(time.Duration(st.Request.TimeoutS * float64(time.Second)))
-		}
+		p.Deadline = st.Deadline()
 		out = append(out, p)
 	}
 	return jsonResource(req.Params.URI, out)

@@ -126,9 +126,7 @@ func (s *Server) result(ctx context.Context, r *runstate.Run) RunResult {
 		if st, err := s.c.Confirmation(ctx, r.Paused.ConfirmID); err == nil && st.Request != nil {
 			req := st.Request
 			a.Message, a.Options, a.Default = req.Message, req.Options, st.Gate.Default
-			if req.TimeoutS > 0 {
-				a.Deadline = st.RequestedAt.Add(time.Duration(req.TimeoutS * float64(time.Second)))
-			}
+			a.Deadline = st.Deadline()
 			a.RecentSteps, a.Variables = req.Context["recent_steps"], req.Context["variables"]
 		}
 		out.Awaiting = a
