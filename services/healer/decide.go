@@ -324,36 +324,69 @@ func learn(r *runstate.Run, c *events.StepCompletedData, completedID string, now
 		if err != nil {
 			return nil, err
 		}
-		return []events.Event{ev}, nil
+		out := []events.Event{ev}
+		// The attempt the healer retried may itself have been an agent's
+		// or a person's correction of the failure before it, which failed
+		// only for a reason the heal took away (a token that expired, the
+		// network): with the same args, the heal's success proves the
+		// correction too, and it is learned as if it had succeeded at
+		// once.
+		if pp := r.Attempt(c.Index, c.Attempt-2); pp != nil && pp.Failed != nil && prev.Started != nil && sameArgs(cur.Started.Args, prev.Started.Args) &&
+			(pp.Retry == nil || !sameArgs(prev.Started.Args, pp.Retry.Args)) {
+			learned, err := correctionFix(r, c.Index, prev, pp, completedID, now)
+			if err != nil {
+				return nil, err
+			}
+			if learned != nil {
+				out = append([]events.Event{*learned}, out...)
+			}
+		}
+		return out, nil
 	}
-	// Any other attempt after a failure is a retry of it: by the runner's
-	// on_error (the same args: nothing to learn) or a correction by an
-	// agent or a person (heed.cmd.run.retry, or an outside agent's own
-	// step.started with retry_of), which teaches a fix.
-	if rof := cur.Started.RetryOf; rof != "" && rof != prev.FailedID && rof != "retry" {
+	learned, err := correctionFix(r, c.Index, cur, prev, completedID, now)
+	if err != nil || learned == nil {
+		return nil, err
+	}
+	ev, err := healed(events.PlanAgent, "")
+	if err != nil {
+		return nil, err
+	}
+	return []events.Event{*learned, ev}, nil
+}
+
+// correctionFix is the fix an attempt (corrected) that came after a failed
+// one (failed) teaches, or nil when it is no correction. Any attempt after
+// a failure is a retry of it: by the runner's on_error (the same args:
+// nothing to learn) or a correction by an agent or a person
+// (heed.cmd.run.retry, or an outside agent's own step.started with
+// retry_of), which teaches a fix. completedID is the id of the
+// step.completed that proved it.
+func correctionFix(r *runstate.Run, index int, corrected, failed *runstate.Attempt, completedID string, now time.Time) (*events.Event, error) {
+	if rof := corrected.Started.RetryOf; rof != "" && rof != failed.FailedID && rof != "retry" {
 		return nil, nil // names another attempt: not a correction of this failure
 	}
-	failedArgs := prev.Failed.Args
-	if failedArgs == nil && prev.Started != nil {
-		failedArgs = prev.Started.Args // an outside agent's failure may not repeat them
+	failedArgs := failed.Failed.Args
+	if failedArgs == nil && failed.Started != nil {
+		failedArgs = failed.Started.Args // an outside agent's failure may not repeat them
 	}
-	patch, was := diff(failedArgs, cur.Started.Args)
+	patch, was := diff(failedArgs, corrected.Started.Args)
 	if len(patch) == 0 {
 		return nil, nil // the same call again: nothing was corrected
 	}
-	toolName := prev.Failed.Tool
-	if toolName == "" && prev.Started != nil {
-		toolName = prev.Started.Tool
+	toolName := failed.Failed.Tool
+	if toolName == "" && failed.Started != nil {
+		toolName = failed.Started.Tool
 	}
 	if toolName == "" {
 		return nil, nil // not a tool step
 	}
-	by := r.Steps[c.Index].ResumedBy
+	sig := events.ErrorSignature(failed.Failed.Error.Message)
+	by := r.Steps[index].ResumedBy
 	if by == "" {
 		by = r.Agent
 	}
 	source := events.FixFromPerson
-	if prev.Escalated != nil || (r.Agent != "" && by == r.Agent) {
+	if failed.Escalated != nil || (r.Agent != "" && by == r.Agent) {
 		source = events.FixFromAgent
 	}
 	keys := make([]string, 0, len(patch))
@@ -364,7 +397,7 @@ func learn(r *runstate.Run, c *events.StepCompletedData, completedID string, now
 	fix := events.FixLearnedData{
 		Tool: toolName, ErrorPattern: sig, Source: source, By: by, RunID: r.ID,
 		Description: fmt.Sprintf("retry with corrected %s", strings.Join(keys, ", ")),
-		RootCause:   textutil.FirstLine(prev.Failed.Error.Message, 300), ArgsPatch: patch, WhenWas: was,
+		RootCause:   textutil.FirstLine(failed.Failed.Error.Message, 300), ArgsPatch: patch, WhenWas: was,
 		LearnedFrom: completedID,
 	}
 	// One fix per tool, error and failed value: a correction learned from
@@ -375,11 +408,7 @@ func learn(r *runstate.Run, c *events.StepCompletedData, completedID string, now
 		return nil, err
 	}
 	learned.SetTime(now)
-	ev, err := healed(events.PlanAgent, "")
-	if err != nil {
-		return nil, err
-	}
-	return []events.Event{learned, ev}, nil
+	return &learned, nil
 }
 
 func sameArgs(a, b map[string]any) bool {
