@@ -454,8 +454,15 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 	next := ss.Attempt + 1
 	var evs []events.Event
 	if r.Status == runstate.StatusFailed || r.Status == runstate.StatusPaused {
+		// A retry is the run's agent's or a person's: the audit says which
+		// (the healer learns the correction as the agent's when by is the
+		// run's agent, a person's otherwise).
+		method := events.MethodUser
+		if by := actor(req.By); r.Agent != "" && by == r.Agent {
+			method = events.MethodAgent
+		}
 		res, err := events.NewEvent(events.RunResumed, r.ID, r.ID+"/"+stepSuffix(idx, next, "resumed"), Source, events.RunResumedData{
-			Step: st.Name, Index: idx, Method: events.MethodAgent, By: actor(req.By), Reason: retryReason(req.Reason),
+			Step: st.Name, Index: idx, Method: method, By: actor(req.By), Reason: retryReason(req.Reason),
 		})
 		if err != nil {
 			return nil, err

@@ -45,6 +45,11 @@ func newContinueCmd(g *globals) *cobra.Command {
 				printJSON(cmd.OutOrStdout(), reply)
 				return nil
 			}
+			if choice == "" {
+				// No choice: a step handed to the agent lets on_error apply.
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s continues (its failed step's on_error applies)\n", reply.RunID)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s continues (%s)\n", reply.RunID, choice)
 			return nil
 		}),

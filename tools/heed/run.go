@@ -341,7 +341,13 @@ func (p *progress) event(ev *events.Event) (code int, done bool) {
 			p.line("known issues to watch for:")
 			for _, it := range issues {
 				if m, ok := it.(map[string]any); ok {
-					p.line("  - %s: %v → %v", m["tool"], m["pattern"], m["description"])
+					// The fix id tells apart fixes of one error for different
+					// failed values, which read the same otherwise.
+					id := ""
+					if f, ok := m["fix_id"].(string); ok && f != "" {
+						id = " (" + f + ")"
+					}
+					p.line("  - %s: %v → %v%s", m["tool"], m["pattern"], m["description"], id)
 				}
 			}
 		}
