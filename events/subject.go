@@ -36,6 +36,14 @@ const (
 	CommandPrefix = "heed.cmd"
 	// ToolPrefix is for request/reply tools; never captured by a stream.
 	ToolPrefix = "heed.tool"
+	// ServiceSourcePrefix begins the CloudEvents source of what heed's
+	// services write (heed/runner, heed/confirm-router, …). A command
+	// writes under its caller's name and refuses one with this prefix, so
+	// a source that has it came from a service.
+	ServiceSourcePrefix = "heed/"
+	// RunnerSource is the skill runner's source: a confirmation requested
+	// under it was asked by the runner at a skill's confirm step.
+	RunnerSource = "heed/runner"
 )
 
 // EventKinds are the aggregate kinds; each has its subject tree

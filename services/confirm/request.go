@@ -37,6 +37,12 @@ func (r *router) request(ctx context.Context, in *command.RequestConfirmation) (
 	if in.Requester == "" {
 		in.Requester = "agent"
 	}
+	if strings.HasPrefix(in.Requester, events.ServiceSourcePrefix) {
+		// The requester is the event's source, and what a source under
+		// heed/ says is taken as a service's word (the learner takes the
+		// skill and step of the runner's own confirmations).
+		return nil, events.Errorf(events.CodeInvalidRequest, "requester %q: names beginning %q are heed's services'", in.Requester, events.ServiceSourcePrefix)
+	}
 	if problem := confirmation.Validate(&in.ConfirmRequestedData); problem != "" {
 		return nil, events.Errorf(events.CodeInvalidRequest, "%s", problem)
 	}

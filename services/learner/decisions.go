@@ -35,7 +35,7 @@ func (DecisionsProjection) Name() string   { return "decisions" }
 func (DecisionsProjection) Bucket() string { return readmodel.DecisionsBucket }
 func (DecisionsProjection) Filters() []string {
 	return []string{"heed.confirm.*.requested", "heed.confirm.*.expired", "heed.confirm.*.answered", "heed.run.*.completed", "heed.run.*.failed",
-		"heed.escalation.*.decided", "heed.escalation.*.outcome"}
+		"heed.run.*.cancelled", "heed.run.*.abandoned", "heed.escalation.*.decided", "heed.escalation.*.outcome"}
 }
 
 // escDecision is an escalation approved by a person or the cache, awaiting
@@ -61,8 +61,12 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 		if escID, _, ok := events.OfferOfConfirmID(ev.Subject()); ok && d.Context["escalation_id"] == escID {
 			return nil // an escalation's offer: counted once, by its decided event
 		}
+		// A skill step's operation is the runner's word only: anyone may
+		// ask a question through heed.cmd.confirm.request and label it
+		// with any skill and step, and people's answers to it must not
+		// count for that skill's step.
 		op := d.Skill + "/" + d.Step
-		if d.Skill == "" {
+		if d.Skill == "" || ev.Source() != events.RunnerSource {
 			op = "direct/" + d.Requester
 		}
 		scope := "default"
@@ -113,9 +117,12 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 			// decides.
 			return s.Put(ctx, "req."+ev.Subject(), p)
 		}
-		if a.Method == events.MethodError {
-			// Nobody decided: the question could not be asked, or its run
-			// ended first (the safest option closes it). Nothing to learn.
+		if !countsAsDecision(a.Method) {
+			// Only a person's answer is a decision, as for escalations: a
+			// deadline's default is nobody's, a learned preference's or the
+			// cache's would feed itself, --yes skips the question, an agent
+			// decides for itself, and an error answer (the question could
+			// not be asked, or its run ended first) decides nothing.
 			return s.Put(ctx, "req."+ev.Subject(), pendingRequest{Closed: true})
 		}
 		key := readmodel.DecisionKey(p.Operation, p.Scope)
@@ -172,6 +179,10 @@ func (DecisionsProjection) Apply(ctx context.Context, s events.Store, ev *events
 				return err
 			}
 		}
+		return s.Delete(ctx, "run."+ev.Subject())
+	case events.RunCancelled, events.RunAbandoned:
+		// An end that is no outcome of what was approved: the run's
+		// approvals wait for nothing more.
 		return s.Delete(ctx, "run."+ev.Subject())
 	case events.EscalationDecided:
 		return escDecided(ctx, s, ev)

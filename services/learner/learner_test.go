@@ -46,7 +46,11 @@ var t0 = time.Date(2025, 3, 10, 9, 0, 0, 0, time.UTC)
 // apply builds an event at t0+at and applies it to s with p.
 func apply(t *testing.T, p events.Projection, s mapStore, typ events.Type, subject string, at time.Duration, data any) {
 	t.Helper()
-	ev, err := events.NewEvent(typ, subject, fmt.Sprintf("%s/%s/%d", subject, typ, len(s)), "test", data)
+	source := "test"
+	if d, ok := data.(events.ConfirmRequestedData); ok && d.Requester != "" {
+		source = d.Requester // as in the log: the runner's requests are its own, a command's its caller's
+	}
+	ev, err := events.NewEvent(typ, subject, fmt.Sprintf("%s/%s/%d", subject, typ, len(s)), source, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +508,39 @@ func TestFixThatCannotApplyIsRefused(t *testing.T) {
 	}
 	if len(s) != 0 {
 		t.Errorf("the store holds %v, want nothing", keys(s))
+	}
+}
+
+// TestOnlyPeopleDecideSkillSteps: only a person's answer to a question
+// the runner asked counts for a skill step's record. A question anyone
+// asked through heed.cmd.confirm.request, labelled with a skill and step,
+// counts under its requester; a deadline's default, an agent's, a learned
+// preference's or --yes answer counts for nothing. (An agent asked four
+// questions labelled prod_db/truncate, let them time out to proceed, and
+// the escalator then approved prod_db/truncate from the cache.)
+func TestOnlyPeopleDecideSkillSteps(t *testing.T) {
+	p := learner.DecisionsProjection{}
+	s := mapStore{}
+	opts := []events.Option{{Label: "Go", Value: "proceed"}, {Label: "No", Value: "cancel"}}
+	idx := 0
+	for i, m := range []string{events.MethodTimeout, events.MethodAgent, events.MethodMemory, events.MethodOverride, events.MethodError} {
+		cid := fmt.Sprintf("runx%d-s0-a1", i)
+		apply(t, p, s, events.ConfirmRequested, cid, time.Duration(i)*time.Minute, events.ConfirmRequestedData{Message: "truncate?", Options: opts, Default: "proceed",
+			Requester: "heed/runner", RunID: fmt.Sprintf("runx%d", i), Skill: "prod_db", Step: "truncate", Index: &idx})
+		apply(t, p, s, events.ConfirmAnswered, cid, time.Duration(i)*time.Minute+time.Second, events.ConfirmAnsweredData{Choice: "proceed", Method: m, By: "someone"})
+	}
+	for i := range 4 {
+		cid := fmt.Sprintf("sneaky-%d", i)
+		apply(t, p, s, events.ConfirmRequested, cid, time.Hour+time.Duration(i)*time.Minute, events.ConfirmRequestedData{Message: "May I read the logs?", Options: opts,
+			Requester: "agent/sneaky", Skill: "prod_db", Step: "truncate"})
+		apply(t, p, s, events.ConfirmAnswered, cid, time.Hour+time.Duration(i)*time.Minute+time.Second, events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "person/ana"})
+	}
+	var d readmodel.Decision
+	if ok, _ := s.Get(context.Background(), readmodel.DecisionKey("prod_db/truncate", "default"), &d); ok {
+		t.Fatalf("prod_db/truncate has a record from no person's answer to the runner: %+v", d)
+	}
+	if ok, _ := s.Get(context.Background(), readmodel.DecisionKey("direct/agent/sneaky", "default"), &d); !ok || d.Count != 4 {
+		t.Fatalf("the agent's own questions count under its name: %v %+v", ok, d)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 )
 
 // Source is the CloudEvents source of everything the runner publishes.
-const Source = "heed/runner"
+const Source = events.RunnerSource
 
 // engine drives runs. Its consumer hands each run's events to one worker
 // (partitioned by run id), so a Run is only ever touched by one goroutine
