@@ -1045,7 +1045,10 @@ func TestRequestCommandValidates(t *testing.T) {
 		{"no options", "bad-noopts", body("bad-noopts", func(r *command.RequestConfirmation) { r.Options = nil }), "at /options: expected array, but got null"},
 		{"unknown field", "bad-unknown", []byte(`{"id":"bad-unknown","message":"Deploy?","options":[{"label":"Proceed","value":"proceed"}],"priority":"high"}`), `'priority' not allowed`},
 		{"invalid id", "bad", body("bad.id", nil), `at /id: does not match pattern`},
-		{"a service's name as requester", "bad-runner", body("bad-runner", func(r *command.RequestConfirmation) { r.Requester = "heed/runner"; r.Skill, r.Step = "prod_db", "truncate" }),
+		{"a service's name as requester", "bad-runner", body("bad-runner", func(r *command.RequestConfirmation) {
+			r.Requester = "heed/runner"
+			r.Skill, r.Step = "prod_db", "truncate"
+		}),
 			`requester "heed/runner": names beginning "heed/" are heed's services'`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
