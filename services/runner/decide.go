@@ -382,6 +382,16 @@ func (d *decider) startStep(r *runstate.Run, i, attempt int, args map[string]any
 			d.queue(r, i, attempt, args, em)
 			return
 		}
+		if data.ArgsTruncated {
+			// The call is made from its step.started (after a crash, from
+			// the log alone), and the log keeps only a preview of args this
+			// large: the tool would be called with {"preview": …} instead
+			// of its args. Refused, saying why.
+			em.emit(events.RunStepStarted, stepSuffix(i, attempt, "started"), data)
+			em.emit(events.RunStepFailed, stepSuffix(i, attempt, "failed"), events.StepFailedData{Step: st.Name, Index: i, Attempt: attempt, Tool: st.Tool,
+				Error: events.ErrorInfo{Message: fmt.Sprintf("the call's args are larger than %d bytes (or nested deeper than %d), more than a step's event keeps: not called", maxFieldBytes, maxFieldDepth), Kind: "too_large"}})
+			return
+		}
 		if d.learned != nil {
 			for _, w := range d.learned.Warnings(st.Tool, args, em.now) {
 				em.emit(events.RunWarning, stepSuffix(i, attempt, "warning/"+w.PatternID), events.RunWarningData{Step: st.Name, Index: i, Tool: st.Tool, PatternID: w.PatternID, Message: w.Message, Confidence: w.Confidence})
