@@ -95,7 +95,7 @@ func item(spec *tool.Spec, args map[string]any, summary string, before map[strin
 			summary = Describe(spec.Name, args)
 		}
 	}
-	return events.ChangeItem{Tool: spec.Name, Args: args, Summary: textutil.Cut(strings.TrimSpace(summary), MaxSummary), Before: before, From: from, Group: group}
+	return events.ChangeItem{Tool: spec.Name, Args: args, Summary: textutil.Cut(strings.TrimSpace(summary), MaxSummary-len(textutil.Ellipsis)), Before: before, From: from, Group: group}
 }
 
 // Describe writes a call as the seed's history shows it:

@@ -233,6 +233,29 @@ func TestProposalRules(t *testing.T) {
 	if len(l.Sets) != 3 {
 		t.Errorf("list: %d sets", len(l.Sets))
 	}
+
+	// A named part that exists with other content refuses the whole
+	// proposal before anything is written (it wrote part 1, pointing at
+	// a part 2 that never came).
+	r.propose(command.ProposeChangeSet{ID: "csa-p2", Calls: []command.ProposedCall{title("mine")}})
+	var eleven []command.ProposedCall
+	for i := range 11 {
+		eleven = append(eleven, title(fmt.Sprintf("t%d", i)))
+	}
+	if _, e := call[command.ProposeReply](r, command.ChangeSetPropose, command.ProposeChangeSet{ID: "csa", Agent: "agent:laura", Subject: "task-42", Calls: eleven}); e == nil || e.Code != events.CodeConflict || !strings.Contains(e.Message, "nothing was queued") {
+		t.Fatalf("a proposal whose part 2 exists: %v", e)
+	}
+	if n := r.count("csa", events.ChangeSetProposed); n != 0 {
+		t.Fatalf("the refused proposal wrote its part 1 (%d events)", n)
+	}
+	// A summary longer than a summary may be is cut, with its ellipsis,
+	// to what the event allows: a title of 1,000 characters was refused
+	// by the event's schema after part 1 was written.
+	long := append(eleven[:10:10], title(strings.Repeat("y", 1000)))
+	lp := r.propose(command.ProposeChangeSet{Calls: long})
+	if len(lp.Sets) != 2 || len(lp.Sets[1].Items) != 1 || len([]rune(lp.Sets[1].Items[0].Summary)) > 1000 || !strings.HasSuffix(lp.Sets[1].Items[0].Summary, "…") {
+		t.Fatalf("a long summary: %+v", lp)
+	}
 }
 
 // TestFirstDecisionWins: ten people decide the same item at once: one

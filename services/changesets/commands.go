@@ -75,9 +75,21 @@ func (s *server) propose(ctx context.Context, req *command.ProposeChangeSet) (an
 	}
 	ids, parts := changeset.Parts(base, items)
 	data := changeset.Proposals(req, ids, parts, s.now().Add(expiry))
-	reply := command.ProposeReply{}
+	// Every part is checked before any is written: a part the event's
+	// contract refuses, or a named part that exists with other content,
+	// refuses the whole proposal with nothing written (it wrote the parts
+	// before it, a set pointing at parts that never came).
+	prepared := make([]*proposal, len(data))
 	for i, d := range data {
-		st, err := s.writeProposal(ctx, ids[i], d, req.ID != "")
+		p, err := s.prepareProposal(ctx, ids[i], d, req.ID != "")
+		if err != nil {
+			return nil, err
+		}
+		prepared[i] = p
+	}
+	reply := command.ProposeReply{}
+	for _, p := range prepared {
+		st, err := s.writeProposal(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -105,27 +117,51 @@ func QueuedMessage(r command.ProposeReply) string {
 	return fmt.Sprintf("%d %s queued for review in %s; do not apply them yourself: confirmed items are applied by heed, and the decisions come back in decision_history", r.Queued, noun, strings.Join(ids, ", "))
 }
 
-// writeProposal writes a set's proposal unless the set exists: the same
-// content (a retried proposal) returns it, other content is a conflict.
-func (s *server) writeProposal(ctx context.Context, id string, d events.ChangeSetProposedData, named bool) (*command.ChangeSetState, error) {
+// proposal is one set's proposal, checked and ready to write (or, the
+// same content proposed before, the set as it is).
+type proposal struct {
+	id       string
+	ev       events.Event
+	st       *command.ChangeSetState
+	existing bool
+}
+
+// prepareProposal builds a set's proposal and checks it: against the
+// event's contract (invalid_request, naming the field), and for a named
+// id against the set in the log: the same content (a retried proposal)
+// is the set as it is, other content a conflict.
+func (s *server) prepareProposal(ctx context.Context, id string, d events.ChangeSetProposedData, named bool) (*proposal, error) {
 	ev, err := events.NewEvent(events.ChangeSetProposed, id, id+"/proposed", Source, d)
 	if err != nil {
 		return nil, err
 	}
-	st := changeset.New(id)
+	if err := s.bus.Codec().Check(&ev); err != nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%s: nothing was queued", events.Message(err))
+	}
+	p := &proposal{id: id, ev: ev, st: changeset.New(id)}
 	if named {
 		existing, err := changeset.Load(ctx, s.bus, id)
 		switch {
 		case err == nil:
 			if !sameProposal(changeset.ProposalOf(existing), canonical(ev)) {
-				return nil, events.Errorf(events.CodeConflict, "change set %s exists with other content (agent %s, subject %s, %d items): a set is never proposed again", id, existing.Proposal.Agent, existing.Proposal.Subject, len(existing.Items))
+				return nil, events.Errorf(events.CodeConflict, "change set %s exists with other content (agent %s, subject %s, %d items): a set is never proposed again; nothing was queued", id, existing.Proposal.Agent, existing.Proposal.Subject, len(existing.Items))
 			}
-			return existing, nil
+			p.st, p.existing = existing, true
+			return p, nil
 		case events.CodeOf(err) != events.CodeNotFound:
 			return nil, err
 		}
-		st = existing
+		p.st = existing
 	}
+	return p, nil
+}
+
+// writeProposal writes a prepared proposal unless the set exists.
+func (s *server) writeProposal(ctx context.Context, p *proposal) (*command.ChangeSetState, error) {
+	if p.existing {
+		return p.st, nil
+	}
+	id, ev, st := p.id, p.ev, p.st
 	ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("changeset", id), Seq: st.Seq})
 	if err != nil {
 		if errors.Is(err, events.ErrStaleRead) {
