@@ -104,14 +104,21 @@ const MaxRunWait = 10 * time.Second
 // RunEvents is the reply of heed.cmd.run.get: the run's status and agent,
 // and its events after the request's sequence in log order, each a
 // CloudEvent in JSON format with its sequence. LastSeq is where the next
-// request goes on from (After).
+// request goes on from (After). A reply holds at most MaxRunEventsBytes
+// of events: More says the run has more after LastSeq, to ask for at
+// once.
 type RunEvents struct {
 	RunID   string      `json:"run_id"`
 	Status  string      `json:"status"`
 	Agent   string      `json:"agent,omitempty"`
 	LastSeq uint64      `json:"last_seq"`
 	Events  []StoredRaw `json:"events"`
+	More    bool        `json:"more,omitempty"`
 }
+
+// MaxRunEventsBytes bounds the events of one RunEvents reply, under NATS'
+// default 1 MiB message (one event larger than it still comes alone).
+const MaxRunEventsBytes = 768 << 10
 
 // StoredRaw is one stored event: its log sequence and the CloudEvent.
 type StoredRaw struct {

@@ -143,7 +143,12 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 				_ = r.Respond(body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
 				return
 			}
-			_ = r.RespondJSON(out)
+			if err := r.RespondJSON(out); err != nil && r.Reply() != "" {
+				// Not sent (a reply past the connection's message size):
+				// say so, rather than leave the caller to time out.
+				code, desc, body := errorReply(events.Errorf(events.CodeInternal, "%s: the reply could not be sent: %v", subject, err))
+				_ = r.Respond(body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
+			}
 		}()
 	})
 }

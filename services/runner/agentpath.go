@@ -179,16 +179,25 @@ func (c *commands) readRun(ctx context.Context, req *command.GetRun, agent strin
 func (c *commands) runEvents(ctx context.Context, id string, after uint64) (command.RunEvents, *runstate.Run, error) {
 	r := runstate.New(id)
 	out := command.RunEvents{RunID: id, Events: []command.StoredRaw{}}
+	// The reply stops short of NATS' message size (it went unsent, and the
+	// caller waited for nothing): the rest comes with the next request.
+	size, lastSent := 0, after
 	// A message that does not decode was refused by the gate: it is in the
 	// dead-letter stream, not among the run's events.
 	err := r.CatchUpEach(ctx, c.e.bus, c.e.skills, func(ev *events.Event, seq uint64) error {
-		if seq <= after {
+		if seq <= after || out.More {
 			return nil
 		}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}
+		if len(out.Events) > 0 && size+len(b) > command.MaxRunEventsBytes {
+			out.More = true
+			return nil
+		}
+		size += len(b)
+		lastSent = seq
 		out.Events = append(out.Events, command.StoredRaw{Seq: seq, Event: b})
 		return nil
 	})
@@ -199,6 +208,9 @@ func (c *commands) runEvents(ctx context.Context, id string, after uint64) (comm
 		return out, nil, events.Errorf(events.CodeNotFound, "no run %q", id)
 	}
 	out.Status, out.Agent, out.LastSeq = r.Status, r.Agent, max(r.LastSeq, after)
+	if out.More {
+		out.LastSeq = lastSent // where the next request goes on from
+	}
 	if out.Status == "" {
 		out.Status = runstate.StatusRequested
 	}

@@ -489,3 +489,47 @@ steps:
 	}
 	h.waitEnd(id, events.RunCompleted)
 }
+
+// TestRunGetPagesALargeRun: a run whose events pass a NATS message
+// (70 steps of 16 KiB outputs) is read in pages: each reply under the
+// limit, with more set and last_seq where the next goes on; the pages
+// together are the run's events. Before, the reply was never sent and
+// the caller timed out.
+func TestRunGetPagesALargeRun(t *testing.T) {
+	h := newHarness(t)
+	h.runner(runner.Config{ToolsFile: writeTools(t, testTools), HealWait: -1})
+	var b strings.Builder
+	b.WriteString("name: big_outputs\nsteps:\n")
+	for i := range 70 {
+		fmt.Fprintf(&b, "  - name: s%d\n    compute: 'repeat(\"x\", 16000)'\n", i)
+	}
+	id := h.start(b.String(), nil, false)
+	all := h.waitEnd(id, events.RunCompleted)
+	seen, pages, after := 0, 0, uint64(0)
+	for {
+		body, _ := json.Marshal(command.GetRun{RunID: id, After: after})
+		m := h.request(command.RunGet, body)
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+			t.Fatalf("page %d: %s %.300s", pages+1, code, m.Data)
+		}
+		if len(m.Data) > 1<<20 {
+			t.Fatalf("page %d is %d bytes", pages+1, len(m.Data))
+		}
+		var r command.RunEvents
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		seen += len(r.Events)
+		if len(r.Events) > 0 && r.Events[len(r.Events)-1].Seq != r.LastSeq && r.More {
+			t.Fatalf("page %d: last_seq %d is not its last event's %d", pages, r.LastSeq, r.Events[len(r.Events)-1].Seq)
+		}
+		after = r.LastSeq
+		if !r.More {
+			break
+		}
+	}
+	if pages < 2 || seen != len(all) {
+		t.Fatalf("%d pages with %d events; the run has %d", pages, seen, len(all))
+	}
+}
