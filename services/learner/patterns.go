@@ -83,10 +83,17 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 			return err
 		}
 		if p.Occurrences == 0 {
-			p = readmodel.Pattern{ID: id, Tool: d.Tool, Signature: sig, Kind: kind, ArgShapes: shapes, FirstSeen: ev.Time().UTC()}
+			p = readmodel.Pattern{ID: id, Tool: d.Tool, Signature: sig, Kind: kind, ArgShapes: shapes, FirstSeen: ev.Time().UTC(), LastSeen: ev.Time().UTC()}
 			var idx toolIndex
 			if _, err := s.Get(ctx, "tool."+d.Tool, &idx); err != nil {
 				return err
+			}
+			if len(idx.IDs) >= maxPatternsPerTool {
+				kept, err := evictPattern(ctx, s, idx.IDs)
+				if err != nil {
+					return err
+				}
+				idx.IDs = kept
 			}
 			idx.IDs = append(idx.IDs, id)
 			if err := s.Put(ctx, "tool."+d.Tool, idx); err != nil {
@@ -94,7 +101,9 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 			}
 		}
 		p.Occurrences++
-		p.LastSeen = ev.Time().UTC()
+		if t := ev.Time().UTC(); t.After(p.LastSeen) {
+			p.LastSeen = t // the latest: an event dated in the past does not move it back
+		}
 		p.Confidence, p.Stage = confidence(p.Occurrences, p.Successes)
 		p.Hint = hint(p)
 		if err := s.Put(ctx, id, p); err != nil {
@@ -147,6 +156,37 @@ func (PatternsProjection) Apply(ctx context.Context, s events.Store, ev *events.
 
 type toolIndex struct {
 	IDs []string `json:"ids"`
+}
+
+// maxPatternsPerTool bounds a tool's patterns: each success of the tool
+// reads them all, and a flood of failures with made-up arg shapes made
+// one tool's index grow without end and its successes crawl.
+const maxPatternsPerTool = 64
+
+// evictPattern removes the tool's least seen pattern (fewest occurrences,
+// then seen longest ago, then its id: from the patterns alone, so that a
+// replay removes the same one) and returns the ids left.
+func evictPattern(ctx context.Context, s events.Store, ids []string) ([]string, error) {
+	worst, worstAt := -1, readmodel.Pattern{}
+	for i, id := range ids {
+		var p readmodel.Pattern
+		ok, err := s.Get(ctx, id, &p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			worst = i // gone already: its slot is free
+			break
+		}
+		if worst < 0 || p.Occurrences < worstAt.Occurrences ||
+			(p.Occurrences == worstAt.Occurrences && (p.LastSeen.Before(worstAt.LastSeen) || (p.LastSeen.Equal(worstAt.LastSeen) && id < ids[worst]))) {
+			worst, worstAt = i, p
+		}
+	}
+	if err := s.Delete(ctx, ids[worst]); err != nil {
+		return nil, err
+	}
+	return append(ids[:worst:worst], ids[worst+1:]...), nil
 }
 
 // callKey holds a run's open calls' shapes between start and result.

@@ -13,6 +13,19 @@ import (
 // statsDays is how many days of daily figures are kept.
 const statsDays = 90
 
+// statsWeeks is how many weeks of weekly figures are kept.
+const statsWeeks = 104
+
+// maxFailureKinds bounds the failure kinds counted apart (by_type); the
+// rest count as OtherKind. The healer's kinds are a handful, but a
+// heal.triggered in the log may name any: unbounded, one agent's flood of
+// made-up kinds grew the stats value past a NATS message, and every later
+// write of it failed.
+const maxFailureKinds = 32
+
+// OtherKind counts the failure kinds past maxFailureKinds.
+const OtherKind = "other"
+
 // StatsProjection keeps readmodel.FailureStats.
 type StatsProjection struct{}
 
@@ -57,7 +70,11 @@ func (StatsProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 	case events.HealTriggered:
 		var d events.HealTriggeredData
 		if json.Unmarshal(ev.Data(), &d) == nil && d.HealAttempt <= 1 {
-			st.ByType[d.Classification.Kind]++
+			kind := d.Classification.Kind
+			if _, known := st.ByType[kind]; !known && len(st.ByType) >= maxFailureKinds {
+				kind = OtherKind
+			}
+			st.ByType[kind]++
 		}
 	case events.HealHealed:
 		var d events.HealHealedData
@@ -82,6 +99,10 @@ func (StatsProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 		st.Last = t
 	}
 	prune(st.Daily, st.Last.AddDate(0, 0, -statsDays).Format("2006-01-02"))
+	// Weeks as their keys sort ("2026-W48"): one whose year and week come
+	// before the kept weeks' first goes (a backdated event's week, too).
+	y0, w0 := st.Last.AddDate(0, 0, -7*statsWeeks).ISOWeek()
+	prune(st.Weekly, fmt.Sprintf("%d-W%02d", y0, w0))
 	return s.Put(ctx, readmodel.StatsKey, st)
 }
 
