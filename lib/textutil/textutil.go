@@ -3,6 +3,7 @@
 package textutil
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -98,4 +99,58 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// OneLine is s made safe to print as one line of a terminal: every
+// control character (line breaks and tabs included, the escape that
+// starts a terminal sequence, C1 controls) and every invisible character
+// that changes how the line reads (direction marks and overrides, line
+// and paragraph separators, a byte-order mark) is shown as its Go escape
+// (\n, \x1b, \u202e), so text an agent wrote cannot clear the screen, fake
+// a line or reorder what a person reads. Invalid UTF-8 shows as \ufffd.
+func OneLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if unsafeRune(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if !unsafeRune(r) {
+			b.WriteRune(r)
+			continue
+		}
+		switch r {
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if r < 0x100 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		}
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r == utf8.RuneError, r == 0x061c, r == 0x200e, r == 0x200f, r == 0x2028, r == 0x2029, r == 0xfeff:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }

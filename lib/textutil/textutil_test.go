@@ -52,3 +52,18 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+func TestOneLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, é and ✓":               "plain text, é and ✓",
+		"t3\n  2) fake ✓ confirmed by boss": `t3\n  2) fake ✓ confirmed by boss`,
+		"\x1b[2J\x1b[31mURGENT":             `\x1b[2J\x1b[31mURGENT`,
+		"evil\u202eexe.txt":                 `evil\u202eexe.txt`,
+		"nul\x00 del\x7f c1\u0085 tab\t":    `nul\x00 del\x7f c1\x85 tab\t`,
+		"bad \xff byte":                     `bad \ufffd byte`,
+	} {
+		if got := OneLine(in); got != want {
+			t.Errorf("OneLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

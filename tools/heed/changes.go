@@ -353,9 +353,9 @@ func printCard(w io.Writer, pal palette, st *command.ChangeSetState, cursor int)
 	if n == 1 {
 		noun = "change"
 	}
-	head := fmt.Sprintf("✨ %s suggests %d %s for %s", st.Proposal.Agent, n, noun, st.Proposal.Subject)
+	head := fmt.Sprintf("✨ %s suggests %d %s for %s", oneLine(st.Proposal.Agent), n, noun, oneLine(st.Proposal.Subject))
 	if st.Proposal.Title != "" {
-		head += ": " + st.Proposal.Title
+		head += ": " + oneLine(st.Proposal.Title)
 	}
 	fmt.Fprintln(w, pal.bold(head))
 	meta := fmt.Sprintf("%s · %s", st.ID, strings.ReplaceAll(st.Status, "_", " "))
@@ -376,7 +376,7 @@ func printCard(w io.Writer, pal palette, st *command.ChangeSetState, cursor int)
 					count++
 				}
 			}
-			fmt.Fprintln(w, pal.dim(fmt.Sprintf("  ┄┄ %s (%d) ┄┄", it.Group, count)))
+			fmt.Fprintln(w, pal.dim(fmt.Sprintf("  ┄┄ %s (%d) ┄┄", oneLine(it.Group), count)))
 		}
 		group = it.Group
 		mark := "  "

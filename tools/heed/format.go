@@ -212,7 +212,13 @@ func summarize(ev *events.Event) string {
 // firstLine is the first line of s, whole: the caller truncates.
 func firstLine(s string) string { return textutil.FirstLine(s, len(s)) }
 
-func truncate(s string, n int) string { return textutil.Cut(s, n) }
+// truncate is s as one safe line (textutil.OneLine: what an agent wrote
+// cannot move the cursor, clear the screen or fake a line), cut to n
+// bytes.
+func truncate(s string, n int) string { return textutil.Cut(textutil.OneLine(s), n) }
+
+// oneLine is s as one safe line, not cut.
+func oneLine(s string) string { return textutil.OneLine(s) }
 
 func compact(b []byte, n int) string {
 	return truncate(strings.Join(strings.Fields(string(b)), " "), n)

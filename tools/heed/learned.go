@@ -57,7 +57,7 @@ func newFixesCmd(g *globals) *cobra.Command {
 				} else {
 					conf = pal.red(conf)
 				}
-				t.row(f.ID, truncate(f.Tool, 24), truncate(pattern, 40), conf, fmt.Sprint(f.Healed), fmt.Sprintf("%s (%s %s)", f.Description, f.Source, f.By))
+				t.row(f.ID, truncate(f.Tool, 24), truncate(pattern, 40), conf, fmt.Sprint(f.Healed), fmt.Sprintf("%s (%s %s)", oneLine(f.Description), f.Source, oneLine(f.By)))
 			}
 			t.Flush()
 			return nil
@@ -366,7 +366,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(out, "failures by type:")
 				t := newTable(out)
 				for _, k := range kinds {
-					t.row("", k, fmt.Sprintf("%5d", rep.ByType[k]))
+					t.row("", oneLine(k), fmt.Sprintf("%5d", rep.ByType[k]))
 				}
 				t.Flush()
 			}
