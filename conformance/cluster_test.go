@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // serviceMains are heed's services, each its own binary.
@@ -632,6 +635,68 @@ func TestDeployFilesUseRealFlags(t *testing.T) {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("heed-%s %s: %v\n%s", name, strings.Join(set, " "), err, out)
 			}
+		}
+	}
+}
+
+// TestReplicasNeverLowered: a service started without --replicas (a
+// stand-by started by hand, say) leaves the cluster's three replicas of
+// the log, the dead letters and the buckets as they are. It provisioned
+// them as one replica: the whole cluster's log dropped to R1, with a log
+// line of that service's own to say so.
+func TestReplicasNeverLowered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (a 3-node cluster): skipped by -short")
+	}
+	c := startCluster(t)
+	started := func(name string, args ...string) {
+		t.Helper()
+		p := &proc{name: name, args: append([]string{filepath.Join(serviceBins(t), "heed-"+strings.TrimSuffix(name, "-r1")), "--nats-url", c.url, "--log-format", "text"}, args...), dir: repoRoot}
+		p.start(t)
+		t.Cleanup(func() { p.stop() })
+		checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+			if !strings.Contains(p.out.String(), "msg=started") {
+				return fmt.Errorf("%s has not started:\n%s", name, lastLines(p.out.String(), 5))
+			}
+			return nil
+		})
+	}
+	started("indexer", "--replicas", "3")
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := func() map[string]int {
+		out := map[string]int{}
+		l := js.ListStreams(ctxFor(t, 10*time.Second))
+		for info := range l.Info() {
+			out[info.Config.Name] = info.Config.Replicas
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"HEED_EVENTS", "HEED_DLQ", "KV_heed_leases"} {
+			if _, ok := out[name]; !ok {
+				t.Fatalf("no stream %s (streams: %v)", name, out)
+			}
+		}
+		return out
+	}
+	before := replicas()
+	for name, n := range before {
+		if n != 3 {
+			t.Fatalf("%s has %d replicas before, want 3", name, n)
+		}
+	}
+	started("learner-r1") // no --replicas: one
+	for name, n := range replicas() {
+		if _, existed := before[name]; existed && n != 3 {
+			t.Fatalf("%s has %d replicas after a service started without --replicas, want 3 (it lowered them)", name, n)
 		}
 	}
 }

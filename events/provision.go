@@ -165,6 +165,11 @@ func ProvisionBucket(ctx context.Context, js jetstream.JetStream, t Topology, b 
 // the default a new stream gets, and one set with `nats stream edit
 // --dupe-window` stays (the server keeps every id of the window in
 // memory, so a high event rate wants a shorter one; docs/OPERATIONS.md).
+//
+// Replicas are only ever raised: a service started with fewer than the
+// stream has (a stand-by started without --replicas 3) keeps what is
+// there. It lowered the log of a whole cluster from three replicas to one,
+// with nothing but a log line of its own to say so.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	return WhileUnavailable(ctx, func() error {
 		_, err := js.CreateStream(ctx, cfg)
@@ -175,12 +180,19 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		if err != nil {
 			return err
 		}
-		d := s.CachedInfo().Config.Duplicates
+		existing := s.CachedInfo().Config
+		d := existing.Duplicates
 		if cfg.MaxAge > 0 {
 			d = min(d, cfg.MaxAge) // the server refuses a window longer than the age limit
 		}
-		if d > 0 && d != cfg.Duplicates {
-			cfg.Duplicates = d
+		kept := false
+		if existing.Replicas > cfg.Replicas {
+			cfg.Replicas, kept = existing.Replicas, true
+		}
+		if (d > 0 && d != cfg.Duplicates) || kept {
+			if d > 0 {
+				cfg.Duplicates = d
+			}
 			if _, err := js.CreateStream(ctx, cfg); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return err // nil: the rest is as heed wants it
 			}
@@ -190,13 +202,29 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	})
 }
 
-// ensureKeyValue is ensureStream for a KV bucket.
+// ensureKeyValue is ensureStream for a KV bucket: replicas only ever
+// raised there too.
 func ensureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
 	return WhileUnavailable(ctx, func() error {
 		_, err := js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			_, err = js.UpdateKeyValue(ctx, cfg)
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return err
 		}
+		kv, err := js.KeyValue(ctx, cfg.Bucket)
+		if err != nil {
+			return err
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil && bs.StreamInfo().Config.Replicas > cfg.Replicas {
+			cfg.Replicas = bs.StreamInfo().Config.Replicas
+			if _, err := js.CreateKeyValue(ctx, cfg); !errors.Is(err, jetstream.ErrBucketExists) {
+				return err // nil: the rest is as heed wants it
+			}
+		}
+		_, err = js.UpdateKeyValue(ctx, cfg)
 		return err
 	})
 }
