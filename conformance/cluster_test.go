@@ -7,6 +7,7 @@ package conformance
 // seconds while runs go on (chaos_test.go).
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -699,4 +700,114 @@ func TestReplicasNeverLowered(t *testing.T) {
 			t.Fatalf("%s has %d replicas after a service started without --replicas, want 3 (it lowered them)", name, n)
 		}
 	}
+}
+
+// TestPausedInstanceDoesNotActOnResume: the active runner is paused
+// (SIGSTOP) past its lease's TTL and its stand-by takes over; starts sent
+// meanwhile that the paused one received wait in its socket, and their
+// callers time out. Resumed, it refuses them (its lease is stale) and
+// exits: every run in the log is one whose caller was told it started.
+// Before, it wrote them all, runs their callers had been told failed.
+func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (a 3-node cluster): skipped by -short")
+	}
+	c := startCluster(t)
+	tools := filepath.Join(repoRoot, "skills", "tools.yaml")
+	runner := func(name string) *proc {
+		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "2s",
+			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
+		p.start(t)
+		t.Cleanup(func() { p.stop() })
+		return p
+	}
+	active := runner("runner")
+	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(active.out.String(), "msg=started") {
+			return fmt.Errorf("the runner has not started:\n%s", lastLines(active.out.String(), 5))
+		}
+		return nil
+	})
+	standby := runner("runner-2")
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(standby.out.String(), "standing by") {
+			return fmt.Errorf("the second runner does not stand by:\n%s", lastLines(standby.out.String(), 5))
+		}
+		return nil
+	})
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The active runner serves its commands (a run it does not know is
+	// not_found) before it is paused.
+	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+		m, err := nc.Request("heed.cmd.run.get", []byte(`{"run_id":"r-none"}`), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "not_found" {
+			return fmt.Errorf("heed.cmd.run.get: %q %s", code, m.Data)
+		}
+		return nil
+	})
+	active.mu.Lock()
+	pid := active.cmd.Process.Pid
+	active.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(standby.out.String(), "took over") {
+			return fmt.Errorf("the stand-by has not taken over")
+		}
+		return nil
+	})
+	started := 0
+	for i := range 8 {
+		body, _ := json.Marshal(map[string]any{"skill": map[string]any{"source": checkSkill, "file": "conformance.yaml"}, "inputs": map[string]any{"tag": fullSHA},
+			"request_id": fmt.Sprintf("paused-%d", i)})
+		m, err := nc.Request("heed.cmd.run.start", body, 2*time.Second)
+		switch {
+		case err != nil:
+			t.Logf("start %d: %v", i, err)
+		case m.Header.Get("Nats-Service-Error-Code") != "":
+			t.Logf("start %d: %s %s", i, m.Header.Get("Nats-Service-Error-Code"), m.Data)
+		default:
+			started++
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if active.running() {
+			return fmt.Errorf("the resumed runner still runs:\n%s", lastLines(active.out.String(), 5))
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // anything it would write is stored by now
+	s, err := js.Stream(ctxFor(t, 10*time.Second), eventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requested := 0
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctxFor(t, 10*time.Second), seq, jetstream.WithGetMsgSubject("heed.run.*.requested"))
+		if err != nil {
+			break
+		}
+		requested++
+		seq = m.Sequence + 1
+	}
+	if requested != started {
+		t.Fatalf("%d runs in the log, %d starts answered: the resumed runner acted on starts its callers were told failed\n%s", requested, started, lastLines(active.out.String(), 8))
+	}
+	t.Logf("%d of 8 starts answered while the first runner was paused; %d runs in the log\n%s", started, requested, lastLines(standby.out.String(), 6))
 }

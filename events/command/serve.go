@@ -58,7 +58,29 @@ func AgentHandler[Req any](ctx context.Context, v *events.Validator, subject str
 type Option interface{ apply(*serveOptions) }
 
 type serveOptions struct {
-	dead *DeadLetters
+	dead  *DeadLetters
+	gates []func() error
+}
+
+// Gate is checked before each request is handled: an error refuses the
+// request with it (the service's Runtime.Current: an instance whose lease
+// may have passed to another does not act on what it received while it
+// was paused).
+type Gate func() error
+
+func (g Gate) apply(o *serveOptions) {
+	if g != nil {
+		o.gates = append(o.gates, g)
+	}
+}
+
+// All is several options as one.
+type All []Option
+
+func (a All) apply(o *serveOptions) {
+	for _, opt := range a {
+		opt.apply(o)
+	}
 }
 
 // DeadLetters sends a request that fails and has no reply subject to
@@ -130,7 +152,16 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 			defer func() { <-slots }()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			out, err := h(ctx, r)
+			var out any
+			var err error
+			for _, g := range o.gates {
+				if err = g(); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				out, err = h(ctx, r)
+			}
 			if err != nil && r.Reply() == "" {
 				o.unanswered(ctx, r, err)
 				return

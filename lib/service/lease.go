@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,7 +82,26 @@ type Lease struct {
 	holder LeaseHolder
 	rev    uint64
 	log    *slog.Logger
+	// okAt is when the last write that holds the lease was sent (sent, not
+	// acknowledged: the key expires a TTL after it was stored, which is
+	// no earlier), by the monotonic clock.
+	okAt atomic.Pointer[time.Time]
 }
+
+// Fresh reports whether the lease is surely still this instance's: its
+// last write was sent less than four fifths of a TTL ago. An instance
+// paused past that (SIGSTOP, a VM frozen) may have been replaced by a
+// stand-by: what it received meanwhile (commands sitting in its socket)
+// must not run when it resumes, before the keeper notices.
+func (l *Lease) Fresh() bool {
+	if l == nil {
+		return true
+	}
+	at := l.okAt.Load()
+	return at != nil && time.Since(*at) < l.ttl*4/5
+}
+
+func (l *Lease) ok(sent time.Time) { l.okAt.Store(&sent) }
 
 // ErrLeaseLost is why a service stops when its lease was taken from it.
 var ErrLeaseLost = errors.New("lost the lease: another instance may be active (this one was paused or cut off past the lease's TTL)")
@@ -110,10 +130,19 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: "stand-by: " + err.Error(), Err: err}
 	}
 	defer func() { _ = standby.Unsubscribe() }()
+	// A release (a clean stop's delete) wakes the stand-by at once; the
+	// poll below is for an expiry, which no watcher hears.
+	var released <-chan jetstream.KeyValueEntry
+	if w, err := kv.Watch(ctx, l.key, jetstream.UpdatesOnly()); err == nil {
+		defer func() { _ = w.Stop() }()
+		released = w.Updates()
+	}
 	for {
+		sent := time.Now()
 		rev, err := kv.Create(ctx, l.key, value, jetstream.KeyTTL(ttl))
 		if err == nil {
 			l.rev = rev
+			l.ok(sent)
 			if said {
 				log.Info("took over as the active instance", "lease", LeaseBucket+"."+l.key)
 			}
@@ -130,6 +159,7 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 				// restart): take its lease now rather than after the TTL.
 				if rev, err := l.takeOver(ctx, value); err == nil {
 					l.rev = rev
+					l.ok(time.Now()) // the read before it proved the key ours to take
 					log.Info("took over the lease of this host's previous instance, which is gone", "previous_pid", other.PID)
 					return l, nil
 				}
@@ -141,6 +171,10 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case _, ok := <-released:
+			if !ok {
+				released = nil // the watch ended: the poll alone
+			}
 		case <-time.After(max(ttl/5, 100*time.Millisecond)):
 		}
 	}
@@ -199,12 +233,14 @@ func (l *Lease) Keep(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
+		sent := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, l.ttl/5)
 		rev, err := l.write(wctx, value, l.rev)
 		cancel()
 		switch {
 		case err == nil:
 			l.rev, lastOK = rev, time.Now()
+			l.ok(sent)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
@@ -217,7 +253,17 @@ func (l *Lease) Keep(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, l.ttl/5)
 			value, rev, gerr := events.BucketLeaderGet(rctx, l.js, LeaseBucket, l.key)
 			cancel()
-			if gerr != nil || rev <= l.rev || !l.ours(value) {
+			if gerr != nil {
+				// No answer (the bucket has no leader while the cluster
+				// has no quorum): nothing says the lease is another's; it
+				// is lost only once a whole TTL passes without a refresh.
+				if time.Since(lastOK) >= l.ttl {
+					return fmt.Errorf("%w (no refresh for %s: %v)", ErrLeaseLost, time.Since(lastOK).Round(time.Millisecond), gerr)
+				}
+				l.log.Warn("lease: refresh refused and the lease cannot be read; trying again", "err", err, "read", gerr)
+				continue
+			}
+			if rev <= l.rev || !l.ours(value) {
 				return ErrLeaseLost
 			}
 			l.rev = rev

@@ -50,12 +50,27 @@ type Runtime struct {
 	Metrics *Metrics
 
 	mu     sync.Mutex
+	lease  *Lease // the active instance's, when the service runs with one
 	checks map[string]func() any
 	micro  micro.Service
 	hcfg   HealthConfig
 	watch  map[string]*watched // durable consumers, by stream/name
 	done   chan struct{}
 	closed sync.Once
+}
+
+// Current is nil while this instance may act: it runs without a lease,
+// or its lease is fresh (Lease.Fresh). Otherwise it is an unavailable
+// error: a command's caller asks again and reaches the active instance.
+// Commands check it before they act (command.Gate).
+func (rt *Runtime) Current() error {
+	rt.mu.Lock()
+	l := rt.lease
+	rt.mu.Unlock()
+	if l.Fresh() {
+		return nil
+	}
+	return events.Errorf(events.CodeUnavailable, "heed-%s: this instance has not refreshed its lease for most of its TTL (paused, or cut off): another may be active; ask again", rt.Name)
 }
 
 // Connect opens the service's own connection (reconnecting forever), builds
@@ -430,6 +445,9 @@ func (f *Flags) main(name string, run RunFunc) int {
 			return 1
 		}
 		active.Store(true)
+		rt.mu.Lock()
+		rt.lease = lease
+		rt.mu.Unlock()
 		if !serveHealth() {
 			rt.Close()
 			return 1

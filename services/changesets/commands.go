@@ -29,7 +29,7 @@ func (s *server) serve(ctx context.Context, rt *service.Runtime) (micro.Service,
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := s.bus.Codec().Validator()
-	dl := command.DeadLetters{Bus: s.bus, Service: "heed-changesets-commands", Log: s.log}
+	dl := command.All{command.DeadLetters{Bus: s.bus, Service: "heed-changesets-commands", Log: s.log}, command.Gate(rt.Current)}
 	g := svc.AddGroup(events.CommandPrefix + ".changeset")
 	for _, ep := range []struct {
 		name string

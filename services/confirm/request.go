@@ -18,7 +18,7 @@ const commandTimeout = 10 * time.Second
 
 func (r *router) registerCommands(ctx context.Context, svc micro.Service) error {
 	v := r.bus.Codec().Validator()
-	dl := command.DeadLetters{Bus: r.bus, Service: "heed-confirm-commands", Log: r.log}
+	dl := command.All{command.DeadLetters{Bus: r.bus, Service: "heed-confirm-commands", Log: r.log}, command.Gate(r.current)}
 	if err := svc.AddEndpoint("request", command.Handler(ctx, v, command.ConfirmRequest, commandTimeout, r.request, dl), micro.WithEndpointSubject(command.ConfirmRequest)); err != nil {
 		return err
 	}

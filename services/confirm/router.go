@@ -61,13 +61,16 @@ const AnswersConsumerName = "confirm-router-answers"
 const DeadlineConsumerName = "confirm-router-deadlines"
 
 type router struct {
-	cfg    Config
-	bus    *events.Bus
-	log    *slog.Logger
-	prefs  jetstream.KeyValue
-	stream jetstream.Stream
-	gates  *gates
-	m      *service.Metrics
+	cfg Config
+	bus *events.Bus
+	log *slog.Logger
+	// current refuses commands while this instance may not act
+	// (service.Runtime.Current).
+	current func() error
+	prefs   jetstream.KeyValue
+	stream  jetstream.Stream
+	gates   *gates
+	m       *service.Metrics
 }
 
 // Run runs the router until ctx is done, then drains.
@@ -94,7 +97,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("event stream: %w", err)
 	}
-	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, m: rt.Metrics}
+	r := &router{cfg: cfg, bus: rt.Bus, log: rt.Log, prefs: prefs, stream: stream, m: rt.Metrics, current: rt.Current}
 	r.gates = newGates(heldConfirmations, r.firstSeq)
 	svc, err := micro.AddService(rt.Conn, micro.Config{Name: "heed-confirm-commands", Version: service.Version, Description: "heed confirm router: validated confirmation requests and people's answers"})
 	if err != nil {

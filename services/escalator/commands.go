@@ -26,7 +26,7 @@ func (e *escalator) serve(ctx context.Context, rt *service.Runtime) (micro.Servi
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := e.bus.Codec().Validator()
-	dl := command.DeadLetters{Bus: e.bus, Service: "heed-escalator-commands", Log: e.log}
+	dl := command.All{command.DeadLetters{Bus: e.bus, Service: "heed-escalator-commands", Log: e.log}, command.Gate(rt.Current)}
 	g := svc.AddGroup(events.CommandPrefix + ".escalation")
 	for _, ep := range []struct {
 		name string

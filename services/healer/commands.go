@@ -34,7 +34,7 @@ func (c *fixCommands) serve(ctx context.Context, rt *service.Runtime) (micro.Ser
 		return nil, fmt.Errorf("register commands: %w", err)
 	}
 	v := c.bus.Codec().Validator()
-	dl := command.DeadLetters{Bus: c.bus, Service: "heed-healer-commands", Log: rt.Log}
+	dl := command.All{command.DeadLetters{Bus: c.bus, Service: "heed-healer-commands", Log: rt.Log}, command.Gate(rt.Current)}
 	g := svc.AddGroup(events.CommandPrefix + ".fix")
 	if err := g.AddEndpoint("learn", command.Handler(ctx, v, command.FixLearn, commandTimeout, c.learn, dl)); err != nil {
 		_ = svc.Stop()

@@ -31,6 +31,9 @@ type commands struct {
 	lagWait time.Duration
 	// largeSlot lets one large skill compile at a time.
 	largeSlot chan struct{}
+	// current refuses commands while this instance may not act
+	// (service.Runtime.Current); nil: always may.
+	current func() error
 }
 
 // largeSkill is the size above which a skill's start takes its turn.
@@ -59,8 +62,12 @@ func (c *commands) register(ctx context.Context, svc micro.Service) error {
 
 // deadLetters dead-letters a failed command that came without a reply
 // subject (see command.DeadLetters).
-func (c *commands) deadLetters() command.DeadLetters {
-	return command.DeadLetters{Bus: c.e.bus, Service: "heed-runner-commands", Log: c.e.log}
+func (c *commands) deadLetters() command.Option {
+	opts := command.All{command.DeadLetters{Bus: c.e.bus, Service: "heed-runner-commands", Log: c.e.log}}
+	if c.current != nil {
+		opts = append(opts, command.Gate(c.current))
+	}
+	return opts
 }
 
 // retrying re-runs a command that lost an optimistic-concurrency race

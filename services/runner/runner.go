@@ -178,7 +178,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
-	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait, largeSlot: make(chan struct{}, 1)}).register(ctx, svc); err != nil {
+	if err := (&commands{e: eng, tools: reg, lagWait: cfg.LagWait, largeSlot: make(chan struct{}, 1), current: rt.Current}).register(ctx, svc); err != nil {
 		return fmt.Errorf("register commands: %w", err)
 	}
 	if cfg.SweepEvery > 0 {
