@@ -811,3 +811,38 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 	}
 	t.Logf("%d of 8 starts answered while the first runner was paused; %d runs in the log\n%s", started, requested, lastLines(standby.out.String(), 6))
 }
+
+// TestServiceWaitsForNATS: a service started while NATS does not answer
+// (a node down, a machine booting) waits for it, saying so, and starts
+// once it answers; it exited 1 at once, and a supervisor's restarts ran
+// into systemd's start limit, leaving heed down after NATS came back.
+func TestServiceWaitsForNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (nats-server as a process): skipped by -short")
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	svc := &proc{name: "indexer", args: []string{filepath.Join(serviceBins(t), "heed-indexer"), "--nats-url", url, "--log-format", "text"}, dir: repoRoot}
+	svc.start(t)
+	t.Cleanup(func() { svc.stop() })
+	time.Sleep(2 * time.Second)
+	if !svc.running() {
+		t.Fatalf("the service exited while NATS did not answer:\n%s", lastLines(svc.out.String(), 5))
+	}
+	if !strings.Contains(svc.out.String(), "NATS does not answer yet") {
+		t.Fatalf("the service does not say it waits:\n%s", lastLines(svc.out.String(), 5))
+	}
+	dir := t.TempDir()
+	srv := &proc{name: "nats", args: []string{natsServerBin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port)}, dir: dir}
+	srv.start(t)
+	t.Cleanup(srv.kill)
+	checkFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		if !strings.Contains(svc.out.String(), "msg=started") {
+			return fmt.Errorf("the service has not started since NATS answers:\n%s", lastLines(svc.out.String(), 5))
+		}
+		return nil
+	})
+	if code := svc.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}

@@ -73,6 +73,28 @@ func (rt *Runtime) Current() error {
 	return events.Errorf(events.CodeUnavailable, "heed-%s: this instance has not refreshed its lease for most of its TTL (paused, or cut off): another may be active; ask again", rt.Name)
 }
 
+// connect connects to url, trying again while no server answers (NATS not
+// up yet, or down: a service started then exited 1 at once, and its
+// supervisor's restarts ran into systemd's start limit, leaving heed down
+// once NATS came back), each attempt logged, until ctx ends. What no retry
+// mends (credentials refused, a bad URL) fails at once.
+func connect(ctx context.Context, url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	pause := 250 * time.Millisecond
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) || ctx.Err() != nil {
+			return nc, err
+		}
+		log.Warn("NATS does not answer yet; trying again", "url", url, "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
 // Connect opens the service's own connection (reconnecting forever), builds
 // its codec and provisions the topology (idempotent). opts add to the
 // connection's options: credentials and TLS (natsconn.Auth.Options).
@@ -81,7 +103,7 @@ func Connect(ctx context.Context, name, url string, log *slog.Logger, topo event
 		log = slog.Default()
 	}
 	log = log.With("service", name)
-	nc, err := nats.Connect(url, append([]nats.Option{
+	nc, err := connect(ctx, url, log, append([]nats.Option{
 		nats.Name("heed-" + name),
 		// A synchronous subscription gets a channel of this many slots.
 		// The services' only ones are the batched direct gets of
@@ -390,6 +412,10 @@ func (f *Flags) main(name string, run RunFunc) int {
 	}
 	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo, natsOpts...)
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before NATS answered")
+			return 0
+		}
 		log.Error("start failed", "err", err)
 		return 1
 	}
