@@ -371,6 +371,24 @@ func TestPermissionsAndTLS(t *testing.T) {
 	if code != 0 || !strings.Contains(out, runID) {
 		t.Errorf("heed runs as ops: exit %d\n%s", code, out)
 	}
+	// So do the checks OPERATIONS.md's "What to watch" gives operators:
+	// the dead letters from a script, and the consumers' list.
+	// (heed events tail follows an ordered consumer, as here.)
+	if _, err := ops.js.OrderedConsumer(ctxFor(t, 5*time.Second), "HEED_DLQ", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"heed.dlq.>"}}); err != nil {
+		t.Errorf("ops follows the dead letters (heed events tail 'heed.dlq.>'): %v", err)
+	}
+	stream, err := ops.js.Stream(ctxFor(t, 5*time.Second), eventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(ctxFor(t, 5*time.Second))
+	n := 0
+	for range names.Name() {
+		n++
+	}
+	if err := names.Err(); err != nil || n == 0 {
+		t.Errorf("ops lists the event stream's consumers: %d, %v", n, err)
+	}
 	if strings.Contains(h.stderr.String(), "Permissions Violation") {
 		t.Errorf("heed's services met a permissions violation with the service role:\n%s", h.stderr.String())
 	}

@@ -87,6 +87,17 @@ var watchLog = []string{"_INBOX.>", "heed.run.>", "heed.confirm.>", "heed.escala
 // agent, for the runs it drives) write them.
 var logWrites = []string{"heed.run.>", "heed.confirm.>", "heed.pref.>", "heed.fix.>", "heed.escalation.>", "heed.changeset.>", "heed.schedule.>", "heed.dlq.>"}
 
+// opsReads are what an operator's read-only tools ask of JetStream beyond
+// a reader's: following the dead letters (heed events tail 'heed.dlq.>',
+// an ordered consumer on HEED_DLQ) and listing the consumers (nats
+// consumer ls, nats consumer report).
+var opsReads = []string{
+	"$JS.API.CONSUMER.CREATE." + events.DLQStream,
+	"$JS.API.CONSUMER.CREATE." + events.DLQStream + ".>",
+	"$JS.API.CONSUMER.NAMES.*",
+	"$JS.API.CONSUMER.LIST.*",
+}
+
 // readCommands are the commands that only read.
 var readCommands = []string{"heed.cmd.run.get", "heed.cmd.escalation.status", "heed.cmd.escalation.held", "heed.cmd.changeset.status", "heed.cmd.changeset.list", "heed.cmd.changeset.history"}
 
@@ -144,7 +155,7 @@ func Roles() []Role {
 		{
 			Name:      RoleOps,
 			Doc:       "operators with the nats CLI: read every stream, bucket and subject, ask the services' health and the read-only commands, and write nothing (no event, answer, decision or stream change)",
-			Publish:   Permissions{Allow: join(readCommands, readLog, health)},
+			Publish:   Permissions{Allow: join(readCommands, readLog, opsReads, health)},
 			Subscribe: Permissions{Allow: []string{">"}, Deny: []string{"$SYS.>"}},
 		},
 	}
