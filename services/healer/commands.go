@@ -2,13 +2,13 @@ package healer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
-	"github.com/heedhq/heed/events/readmodel"
 	"github.com/heedhq/heed/lib/service"
 	"github.com/heedhq/heed/lib/skill"
 	"github.com/heedhq/heed/lib/textutil"
@@ -24,7 +24,6 @@ const commandTimeout = 10 * time.Second
 type fixCommands struct {
 	bus   *events.Bus
 	tools *tool.Registry
-	fixes *events.BucketCache
 	now   func() time.Time
 }
 
@@ -63,8 +62,18 @@ func (c *fixCommands) learn(ctx context.Context, req *command.LearnFix) (any, er
 }
 
 func (c *fixCommands) forget(ctx context.Context, req *command.ForgetFix) (any, error) {
-	var fx readmodel.Fix
-	if !c.fixes.Get(req.ID, &fx) {
+	// The fix's own log, not the fixes projection: a fix taught a moment
+	// ago may not be projected yet (forget answered not_found), and two
+	// forgets at once both wrote one.
+	if !events.ValidID(req.ID) {
+		return nil, events.Errorf(events.CodeInvalidRequest, "%q is not a fix id", req.ID)
+	}
+	filter := events.SubjectFilter("fix", req.ID)
+	last, err := events.LastOf(ctx, c.bus.JetStream(), events.EventStream, filter)
+	if err != nil {
+		return nil, err
+	}
+	if last == nil || last.Subject != events.FixLearned.Subject(req.ID) {
 		return nil, events.Errorf(events.CodeNotFound, "no learned fix %q (heed fixes list shows them)", req.ID)
 	}
 	by := req.By
@@ -75,7 +84,10 @@ func (c *fixCommands) forget(ctx context.Context, req *command.ForgetFix) (any, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.bus.Publish(ctx, &ev); err != nil {
+	if _, err := c.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: filter, Seq: last.Seq}); err != nil {
+		if errors.Is(err, events.ErrStaleRead) {
+			return nil, events.Errorf(events.CodeConflict, "fix %s changed meanwhile (forgotten, or learned again): heed fixes list shows it as it is", req.ID)
+		}
 		return nil, err
 	}
 	return command.FixReply{ID: req.ID, EventID: ev.ID()}, nil

@@ -86,7 +86,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := (&fixCommands{bus: rt.Bus, tools: reg, fixes: fixes, now: time.Now}).serve(ctx, rt)
+	svc, err := (&fixCommands{bus: rt.Bus, tools: reg, now: time.Now}).serve(ctx, rt)
 	if err != nil {
 		return err
 	}
