@@ -8,6 +8,8 @@ package indexer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"github.com/heedhq/heed/lib/skill"
 
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
@@ -26,6 +28,16 @@ func (Projection) Filters() []string { return events.EventSubjects() }
 // Apply folds one event into its aggregate's entry.
 func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) error {
 	t := events.Type(ev.Type())
+	if t == events.FixLearned {
+		// A fix the learner refuses (its patch could never apply) is no
+		// learned fix: not listed as one either.
+		var d events.FixLearnedData
+		if json.Unmarshal(ev.Data(), &d) == nil {
+			if err := skill.CheckArgsPatch(d.ArgsPatch); err != nil {
+				return events.Poison(fmt.Errorf("fix %s: %w", ev.Subject(), err))
+			}
+		}
+	}
 	key := readmodel.IndexKey(t.Kind(), ev.Subject())
 	var e readmodel.IndexEntry
 	if _, err := s.Get(ctx, key, &e); err != nil {

@@ -125,3 +125,20 @@ func TestIndexKeepsVotes(t *testing.T) {
 		t.Errorf("after the quorum: %+v; want bob's a4 with 2 votes, 3 refused", e)
 	}
 }
+
+// TestRefusedFixIsNotIndexed: a fix whose patch could never apply (the
+// learner dead-letters it) is not indexed as an active fix either.
+func TestRefusedFixIsNotIndexed(t *testing.T) {
+	s := mapStore{}
+	ev, err := events.NewEvent(events.FixLearned, "fix-bad", "fix-bad/learned", "test", events.FixLearnedData{Tool: "quay_check", ErrorPattern: "x",
+		Source: events.FixFromAgent, ArgsPatch: map[string]any{"tag": "{{ nope( }}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (indexer.Projection{}).Apply(context.Background(), s, &ev); events.CodeOf(err) != events.CodePoison {
+		t.Fatalf("a fix that could never apply: %v, want it refused (poison)", err)
+	}
+	if _, ok := s[readmodel.IndexKey("fix", "fix-bad")]; ok {
+		t.Fatal("a refused fix is in the index")
+	}
+}

@@ -75,3 +75,15 @@ func TestLearnedStateStaysBounded(t *testing.T) {
 		t.Fatalf("a backdated failure moved last_seen back: %+v", p)
 	}
 }
+
+// TestRefusedFixIsNotCounted: heed stats counts no fix the fixes
+// projection refuses (a patch that could never apply).
+func TestRefusedFixIsNotCounted(t *testing.T) {
+	stats, s := learner.StatsProjection{}, mapStore{}
+	apply(t, stats, s, events.FixLearned, "fix-bad", 0, events.FixLearnedData{Tool: "t", ErrorPattern: "x", Source: events.FixFromAgent, ArgsPatch: map[string]any{"tag": "{{ nope( }}"}})
+	apply(t, stats, s, events.FixLearned, "fix-good", time.Second, events.FixLearnedData{Tool: "t", ErrorPattern: "x", Source: events.FixFromAgent, ArgsPatch: map[string]any{"tag": "v2"}})
+	var st readmodel.FailureStats
+	if _, err := s.Get(context.Background(), readmodel.StatsKey, &st); err != nil || st.FixesLearned != 1 {
+		t.Fatalf("fixes learned %d (%v), want 1", st.FixesLearned, err)
+	}
+}

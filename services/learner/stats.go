@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/heedhq/heed/lib/skill"
 	"strings"
 
 	"github.com/heedhq/heed/events"
@@ -91,6 +92,10 @@ func (StatsProjection) Apply(ctx context.Context, s events.Store, ev *events.Eve
 	case events.HealGaveUp:
 		st.GaveUp++
 	case events.FixLearned:
+		var d events.FixLearnedData
+		if json.Unmarshal(ev.Data(), &d) != nil || skill.CheckArgsPatch(d.ArgsPatch) != nil {
+			return nil // refused by the fixes projection: not learned
+		}
 		st.FixesLearned++
 	default:
 		return nil
