@@ -186,6 +186,20 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 			return last, err
 		}
 		batch, _, err := directBatch(ctx, js, stream, req)
+		// A replicated stream's direct gets are answered by any replica,
+		// and one a moment behind the one that counted them has none of
+		// them yet: ask again (another replica, or the same caught up)
+		// before taking the read for short.
+		for again := 0; err == nil && len(batch) == 0 || errors.Is(err, errNoDirectMessages); again++ {
+			if again == shortReadRetries || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(again+1) * 10 * time.Millisecond):
+			}
+			batch, _, err = directBatch(ctx, js, stream, req)
+		}
 		if err != nil && !errors.Is(err, errNoDirectMessages) {
 			return last, unavailable(err)
 		}
@@ -215,6 +229,11 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	}
 	return last, nil
 }
+
+// shortReadRetries is how many times a history read asks again for
+// messages the server counted and a batch did not bring (10, 20, … ms
+// apart: about 150 ms in all).
+const shortReadRetries = 5
 
 // firstOf reads the first message of filter at or after seq, with how many
 // more the stream holds after it, in one request through the connection's
