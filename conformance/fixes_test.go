@@ -28,6 +28,10 @@ func TestTeachFixes(t *testing.T) {
 			"invalid_request", "args_patch.tag"},
 		{"no match", map[string]any{"tool": "quay_check", "description": "d", "args_patch": map[string]any{"tag": "x"}},
 			"invalid_request", "match"},
+		// Valid for the command, refused by the event it writes: still the
+		// request's fault, with the command's code (it was schema_violation).
+		{"blank match", map[string]any{"tool": "quay_check", "match": " ", "description": "d", "args_patch": map[string]any{"tag": "x"}},
+			"invalid_request", "match"},
 	} {
 		err := request(h.nc, "heed.cmd.fix.learn", c.req, nil)
 		var ce *cmdError

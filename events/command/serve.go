@@ -110,7 +110,7 @@ func (o *serveOptions) unanswered(ctx context.Context, r micro.Request, err erro
 	h := nats.Header(r.Headers())
 	dl := events.DeadLetter{
 		Subject: r.Subject(), Header: h, Data: r.Data(), Consumer: o.dead.Service,
-		Code: events.CodeOf(err), Reason: events.Message(err) + " (sent without a reply subject, so this dead letter is the only answer)",
+		Code: commandCode(events.CodeOf(err)), Reason: events.Message(err) + " (sent without a reply subject, so this dead letter is the only answer)",
 		ID: "dlq:cmd:" + nuid.Next(),
 	}
 	// The service's ctx, not the request's: the request may have run out
@@ -208,7 +208,7 @@ func RespondError(r micro.Request, err error) {
 func errorReply(err error) (code, desc string, body []byte) {
 	// The message without the code: a client prints "code: message", and
 	// a code inside the message would be said twice.
-	reply := ErrorReply{Code: events.CodeOf(err), Message: events.Message(err)}
+	reply := ErrorReply{Code: commandCode(events.CodeOf(err)), Message: events.Message(err)}
 	var a Answered
 	if errors.As(err, &a) {
 		ref := a.AnswerRef()
@@ -216,6 +216,19 @@ func errorReply(err error) (code, desc string, body []byte) {
 	}
 	body, _ = json.Marshal(reply)
 	return string(reply.Code), oneLine(reply.Message), body
+}
+
+// commandCode is an error's code as a command's reply gives it: what the
+// event contract refuses in what the request made heed write (a field too
+// long for its event, say) is the request's fault, invalid_request, as
+// the commands document; the message still names the field.
+func commandCode(c events.Code) events.Code {
+	switch c {
+	case events.CodeSchemaViolation, events.CodeMissingAttribute, events.CodeUnknownType, events.CodeSubjectMismatch,
+		events.CodeInvalidID, events.CodeTooLarge, events.CodeUndecodable:
+		return events.CodeInvalidRequest
+	}
+	return c
 }
 
 // DecodeReply reads a command's reply into out (nil: ignore the body). A

@@ -108,6 +108,9 @@ func TaughtFix(req *command.LearnFix, tools *tool.Registry) (string, events.FixL
 			problems = append(problems, "action tool "+unknownTool(req.Action.Tool, tools))
 		}
 	}
+	if strings.TrimSpace(req.Match) == "" {
+		problems = append(problems, "match is blank: give the text of the error this fixes")
+	}
 	if len(req.ArgsPatch) == 0 && req.Action == nil {
 		problems = append(problems, "a fix needs args to change (args_patch) and/or an action")
 	}
