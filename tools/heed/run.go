@@ -100,7 +100,7 @@ or follow it; 130 interrupted (Ctrl-C: the run goes on without you).`,
 	}
 	cmd.Flags().StringArrayVarP(&inputs, "input", "i", nil, "input as key=value (repeatable)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "answer every confirmation with proceed (override)")
-	cmd.Flags().BoolVar(&detach, "detach", false, "print the run id and return at once")
+	cmd.Flags().BoolVar(&detach, "detach", false, "return at once, saying the run started (with --json, the run id alone)")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent that owns the run (answers ai_assist questions)")
 	cmd.Flags().StringVar(&as, "as", "", "who answers at the prompt, and is reachable for escalations while it asks (default $HEED_IDENTITY, else the current user)")
 	_ = cmd.RegisterFlagCompletionFunc("as", cobra.NoFileCompletions)
