@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go/jetstream"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +79,54 @@ func TestHostileSkills(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestLongFailingRunDoesNotStallTheHealer: an agent's run with 1,500
+// failed attempts (anyone who may write heed.run.> can make one in a
+// second) is healed attempt by attempt without the healer reading the
+// whole run again for each (it did: the time went in their square, the
+// healer stalled for minutes, and other runs' heals timed out); a run
+// started after it still gets its heal at once.
+func TestLongFailingRunDoesNotStallTheHealer(t *testing.T) {
+	h := startHeed(t)
+	const run, n = "flood-run", 1500
+	if _, err := publishEvent(h.js, "heed.run.started", run, run+"/started", map[string]any{"skill": "flood", "driver": "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	var pending []jetstream.PubAckFuture
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("%s/s0/a%d/failed", run, i)
+		f, err := h.js.PublishMsgAsync(eventMsg("heed.run.step.failed", run, id, map[string]any{"step": "scale", "index": 0, "attempt": i, "tool": "kube_scale",
+			"args": map[string]any{"replicas": i}, "error": map[string]any{"message": fmt.Sprintf("invalid replicas %d", i), "kind": "exit", "exit_code": 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, f)
+	}
+	for _, f := range pending {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a publish was not acknowledged")
+		}
+	}
+	start := time.Now()
+	w := watch(t, h.js, "heed.run.*.heal.>")
+	id := startRun(t, h.nc, checkSkill, map[string]any{"tag": shortSHA}, "")
+	w.waitFor(60*time.Second, "the heal of a run started after the flood", func(e event) bool { return strings.HasPrefix(e.Subject, "heed.run."+id+".heal.") })
+	t.Logf("the later run's heal began %s after the flood was stored", time.Since(start).Round(time.Millisecond))
+	// Every failure has the healer's verdict (taken up, or given up: its
+	// heals of the step are spent) within the minute.
+	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+		got := len(w.find(func(e event) bool {
+			return e.Subject == "heed.run."+run+".heal.triggered" || e.Subject == "heed.run."+run+".heal.gave_up"
+		}))
+		if got < n {
+			return fmt.Errorf("%d of the flood's %d failures have the healer's verdict", got, n)
+		}
+		return nil
+	})
+	t.Logf("the healer's verdicts on the flood's %d failures within %s", n, time.Since(start).Round(time.Millisecond))
 }

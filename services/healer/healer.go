@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -39,6 +41,71 @@ type healer struct {
 	bus     *events.Bus
 	invoker *tool.Invoker
 	log     *slog.Logger
+	runs    runCache
+}
+
+// runCache keeps the runs the healer folded last, so that the next event
+// of one reads only what came after it: read whole for every failure, a
+// run with thousands of failed attempts cost the healer time in their
+// square (2,000 in one run stalled it for minutes, and other runs' heals
+// timed out). The consumer hands one run's events to one worker at a
+// time, so a cached run is only ever used by one.
+type runCache struct {
+	mu    sync.Mutex
+	runs  map[string]*runstate.Run
+	order []string // oldest first
+}
+
+// maxCachedRuns bounds the cache; the oldest entry leaves first.
+const maxCachedRuns = 512
+
+// load returns run id folded at least to seq (the delivered event's).
+func (c *runCache) load(ctx context.Context, bus *events.Bus, skills *skill.Cache, id string, seq uint64) (*runstate.Run, error) {
+	c.mu.Lock()
+	r := c.runs[id]
+	c.mu.Unlock()
+	if r == nil {
+		r = runstate.New(id)
+	}
+	if err := r.CatchUp(ctx, bus, skills); err != nil {
+		c.drop(id)
+		return nil, err
+	}
+	if r.LastSeq < seq {
+		// A read behind the event in hand (a replica behind): read whole
+		// next time, and now.
+		c.drop(id)
+		return runstate.Load(ctx, bus, id, skills)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = map[string]*runstate.Run{}
+	}
+	if _, ok := c.runs[id]; !ok {
+		c.order = append(c.order, id)
+	}
+	c.runs[id] = r
+	for len(c.runs) > maxCachedRuns && len(c.order) > 0 {
+		delete(c.runs, c.order[0])
+		c.order = c.order[1:]
+	}
+	if len(c.order) > 4*maxCachedRuns {
+		kept := c.order[:0]
+		for _, k := range c.order {
+			if _, ok := c.runs[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		c.order = slices.Clip(kept)
+	}
+	return r, nil
+}
+
+func (c *runCache) drop(id string) {
+	c.mu.Lock()
+	delete(c.runs, id)
+	c.mu.Unlock()
 }
 
 // Run runs the healer until ctx is done.
@@ -107,13 +174,17 @@ func (h *healer) routes() *events.Routes {
 		if f.Tool == "" {
 			return nil, nil // compute and confirm steps are not tool failures
 		}
-		return nil, h.heal(ctx, d, f)
+		err := h.heal(ctx, d, f)
+		if err != nil {
+			h.runs.drop(d.Event.Subject()) // what it holds may be ahead of the log
+		}
+		return nil, err
 	})
 	events.On(r, events.RunStepCompleted, func(ctx context.Context, d *events.Delivery, c *events.StepCompletedData) ([]events.Event, error) {
 		if c.Attempt < 2 {
 			return nil, nil
 		}
-		r, err := runstate.Load(ctx, h.bus, d.Event.Subject(), h.skills)
+		r, err := h.runs.load(ctx, h.bus, h.skills, d.Event.Subject(), d.Seq)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +197,7 @@ func (h *healer) routes() *events.Routes {
 // tool a decision asks for, records its result and decides again, until
 // healing has nothing more to do for now.
 func (h *healer) heal(ctx context.Context, d *events.Delivery, f *events.StepFailedData) error {
-	r, err := runstate.Load(ctx, h.bus, d.Event.Subject(), h.skills)
+	r, err := h.runs.load(ctx, h.bus, h.skills, d.Event.Subject(), d.Seq)
 	if err != nil {
 		return err
 	}
