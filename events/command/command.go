@@ -79,6 +79,11 @@ type RetryStep struct {
 	Args   map[string]any `json:"args,omitempty"`
 	Reason string         `json:"reason,omitempty"`
 	By     string         `json:"by,omitempty"`
+	// Attempt, when given, is the failed attempt this retry corrects: a
+	// retry of an attempt that is no longer the step's last failure (a
+	// retry sent twice, or two callers at once) is a conflict instead of
+	// a retry of whatever failed since.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // CancelRun cancels a run (heed.cmd.run.cancel).

@@ -451,6 +451,9 @@ func (c *commands) retry(ctx context.Context, req *command.RetryStep) (any, erro
 	if st.Kind != skill.KindTool {
 		return nil, events.Errorf(events.CodeInvalidRequest, "step %q is a %s step; only tool steps take corrected args", st.Name, st.Kind)
 	}
+	if req.Attempt > 0 && req.Attempt != ss.Attempt {
+		return nil, events.Errorf(events.CodeConflict, "step %q of run %s: attempt %d is not its last failure (attempt %d is): retried already", st.Name, r.ID, req.Attempt, ss.Attempt)
+	}
 	args := map[string]any{}
 	for k, v := range ss.Args {
 		args[k] = v

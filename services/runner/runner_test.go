@@ -287,7 +287,14 @@ func TestRetryThatFailsAgain(t *testing.T) {
 			t.Errorf("run.failed after retry %d: %q, want %q", attempt+1, rf.Error.Message, want)
 		}
 	}
-	h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": sha40}})
+	// A retry naming the attempt it corrects, sent again after that
+	// attempt was retried (and its retry failed too), is a conflict, not a
+	// retry of the later failure.
+	m = h.request(command.RunRetry, []byte(`{"run_id":"`+id+`","attempt":2,"args":{"tag":"0123abcdef0"}}`))
+	if code, msg := m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader); code != string(events.CodeConflict) || !strings.Contains(msg, "attempt 2 is not its last failure (attempt 3 is)") {
+		t.Errorf("a stale retry naming attempt 2: %s: %s", code, msg)
+	}
+	h.command(command.RunRetry, command.RetryStep{RunID: id, Args: map[string]any{"tag": sha40}, Attempt: 3})
 	evs := h.waitEnd(id, events.RunCompleted)
 	want := []string{"step.started:0/1", "step.failed:0/1", "step.started:0/2", "step.failed:0/2", "step.started:0/3", "step.failed:0/3", "step.started:0/4", "step.completed:0/4"}
 	if got := steps(t, evs); !reflect.DeepEqual(got[:len(want)], want) {
