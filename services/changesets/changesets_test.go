@@ -248,6 +248,24 @@ func TestProposalRules(t *testing.T) {
 	if n := r.count("csa", events.ChangeSetProposed); n != 0 {
 		t.Fatalf("the refused proposal wrote its part 1 (%d events)", n)
 	}
+	// The same proposal sent twice at once: both get the set (one wrote
+	// it), neither a conflict.
+	twice := command.ProposeChangeSet{ID: "cs-twice", Agent: "agent:laura", Subject: "task-42", Calls: []command.ProposedCall{title("once")}}
+	errs := make(chan *command.ErrorReply, 8)
+	for range 8 {
+		go func() {
+			_, e := call[command.ProposeReply](r, command.ChangeSetPropose, twice)
+			errs <- e
+		}()
+	}
+	for range 8 {
+		if e := <-errs; e != nil {
+			t.Errorf("the same proposal at once: %v", e)
+		}
+	}
+	if n := r.count("cs-twice", events.ChangeSetProposed); n != 1 {
+		t.Errorf("the same proposal at once wrote %d proposals", n)
+	}
 	// A summary longer than a summary may be is cut, with its ellipsis,
 	// to what the event allows: a title of 1,000 characters was refused
 	// by the event's schema after part 1 was written.

@@ -165,7 +165,12 @@ func (s *server) writeProposal(ctx context.Context, p *proposal) (*command.Chang
 	ack, err := s.bus.Publish(ctx, &ev, events.ExpectLastSubjectSeq{Subject: events.SubjectFilter("changeset", id), Seq: st.Seq})
 	if err != nil {
 		if errors.Is(err, events.ErrStaleRead) {
-			return nil, events.Errorf(events.CodeConflict, "change set %s was written meanwhile; propose again to see it", id)
+			// Written meanwhile: by the same proposal sent twice at once
+			// (it is that set), or by another (a conflict).
+			if existing, lerr := changeset.Load(ctx, s.bus, id); lerr == nil && sameProposal(changeset.ProposalOf(existing), canonical(ev)) {
+				return existing, nil
+			}
+			return nil, events.Errorf(events.CodeConflict, "change set %s was written meanwhile with other content", id)
 		}
 		return nil, err
 	}
