@@ -43,6 +43,11 @@ func (Projection) Apply(ctx context.Context, s events.Store, ev *events.Event) e
 	if _, err := s.Get(ctx, key, &e); err != nil {
 		return err
 	}
+	if e.Count == 0 && (t == events.PrefForgotten || t == events.FixForgotten) {
+		// Forgetting what was never learned: no entry of a preference or
+		// fix that never was (the console may write a pref's forgotten).
+		return nil
+	}
 	ref := readmodel.EventRef{ID: ev.ID(), Type: ev.Type(), Time: ev.Time().UTC()}
 	if e.Count == 0 {
 		e.ID, e.Kind, e.First = ev.Subject(), t.Kind(), ref

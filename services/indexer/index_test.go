@@ -142,3 +142,14 @@ func TestRefusedFixIsNotIndexed(t *testing.T) {
 		t.Fatal("a refused fix is in the index")
 	}
 }
+
+// TestForgettingWhatNeverWasIndexesNothing: a preference's forgotten
+// event with no preference before it (the console may write one) makes no
+// index entry.
+func TestForgettingWhatNeverWasIndexesNothing(t *testing.T) {
+	s := mapStore{}
+	apply(t, s, events.PrefForgotten, "pref-never", "pref-never/forgotten", events.PrefForgottenData{By: "user:x"})
+	if len(s) != 0 {
+		t.Fatalf("entries for a preference that never was: %v", s)
+	}
+}
