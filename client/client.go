@@ -12,6 +12,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -131,15 +132,29 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	// A JetStream API with another prefix is not watched: the check then
 	// times out as before.
 	sctx, stop := d.watch(ctx, "$JS.API.STREAM.INFO."+events.EventStream)
-	_, err = c.bus.JetStream().Stream(sctx, events.EventStream)
+	// While a cluster elects the stream's leader (a node was killed) the
+	// lookup times out for a few seconds: asked again within 10 s, as the
+	// services do for longer, before the command gives up.
+	wctx, cancel := context.WithTimeout(sctx, 10*time.Second)
+	err = events.WhileUnavailable(wctx, func() error {
+		actx, acancel := context.WithTimeout(wctx, 3*time.Second)
+		defer acancel()
+		_, err := c.bus.JetStream().Stream(actx, events.EventStream)
+		return err
+	})
+	cancel()
 	stop()
 	if denied := deniedCause(sctx); err != nil && denied != nil {
 		nc.Close()
 		return nil, &events.Error{Code: events.CodeForbidden, Message: "this identity may not read heed's log (the NATS server refused $JS.API.STREAM.INFO." + events.EventStream + "); an agent kept to its own runs connects as that agent: --as-agent NAME, $HEED_AGENT (client.Agent)", Err: denied}
 	}
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		nc.Close()
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`, or its services against this NATS): %v", url, err), Err: err}
+	}
 	if err != nil {
 		nc.Close()
-		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("no heed event stream on %s (start heed with `heed up`): %v", url, err), Err: err}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("heed's event stream on %s does not answer (a cluster electing its leader, or without quorum: try again): %v", url, err), Err: err}
 	}
 	return c, nil
 }
