@@ -141,6 +141,9 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 	// message of the first batch says how many more follow it. Later
 	// batches may hold messages stored since; the read stops at want.
 	var want, got uint64
+	// expect is the aggregate's last message when the read began after a
+	// position (0: not known).
+	var expect uint64
 	// The server does not stop a batch when the subject has no more
 	// messages: it looks for the next one up to the end of the stream,
 	// message by message for a wildcard. The first request asks for one
@@ -166,10 +169,24 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, stream, filter str
 		if seq <= after {
 			return after, nil
 		}
+		expect = seq
 	}
 	first, np, err := firstOf(ctx, js, stream, filter, after+1)
+	// The last message said more came after after; a replica a moment
+	// behind (any replica answers a direct get) may not have it yet: ask
+	// again before calling the history complete.
+	for again := 0; err == nil && first == nil && expect > 0 && again < shortReadRetries && ctx.Err() == nil; again++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(again+1) * 10 * time.Millisecond):
+		}
+		first, np, err = firstOf(ctx, js, stream, filter, after+1)
+	}
 	if err != nil {
 		return last, unavailable(err)
+	}
+	if first == nil && expect > 0 {
+		return last, unavailable(fmt.Errorf("the read stopped short: message %d is in the log and no replica answered with it", expect))
 	}
 	if first == nil {
 		return last, nil // nothing stored after after

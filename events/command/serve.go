@@ -60,6 +60,15 @@ type Option interface{ apply(*serveOptions) }
 type serveOptions struct {
 	dead  *DeadLetters
 	gates []func() error
+	// busyDead bounds the dead letters of busy refusals being written.
+	busyDead chan struct{}
+}
+
+func (o *serveOptions) log() *slog.Logger {
+	if o.dead != nil && o.dead.Log != nil {
+		return o.dead.Log
+	}
+	return slog.Default()
 }
 
 // Gate is checked before each request is handled: an error refuses the
@@ -124,6 +133,10 @@ func (o *serveOptions) unanswered(ctx context.Context, r micro.Request, err erro
 	log.Warn("dead-lettered a command sent without a reply subject", "subject", dl.Subject, "code", dl.Code, "reason", events.Message(err))
 }
 
+// maxReplyBytes is the largest reply sent: NATS' default message size
+// (1 MiB) less room for its headers.
+const maxReplyBytes = 1<<20 - 8<<10
+
 // serve runs h for each request, concurrently up to MaxConcurrent, each
 // within timeout, and sends its reply or error reply (or, for a request
 // with no reply subject, a dead letter: see DeadLetters).
@@ -132,6 +145,7 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
+	o.busyDead = make(chan struct{}, 4)
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
 		select {
@@ -139,10 +153,19 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 		default:
 			busy := events.Errorf(events.CodeBusy, "%s has %d requests in hand; try again", subject, MaxConcurrent)
 			if r.Reply() == "" {
-				// Written here, holding up this endpoint's next requests
-				// (all of them refused as busy meanwhile anyway): a flood
-				// of them must not become a flood of goroutines.
-				o.unanswered(ctx, r, busy)
+				// Written by one goroutine at a time, beside the endpoint
+				// (which must not wait for a slow stream: requests with a
+				// reply would time out behind it); past a few waiting, the
+				// busy refusals are counted in the log only (a flood).
+				select {
+				case o.busyDead <- struct{}{}:
+					go func() {
+						defer func() { <-o.busyDead }()
+						o.unanswered(ctx, r, busy)
+					}()
+				default:
+					o.log().Warn("a command sent without a reply subject was refused as busy, and too many such are being dead-lettered already", "subject", subject)
+				}
 				return
 			}
 			RespondError(r, busy)
@@ -174,12 +197,23 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 				_ = r.Respond(body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
 				return
 			}
-			if err := r.RespondJSON(out); err != nil && r.Reply() != "" {
-				// Not sent (a reply past the connection's message size):
-				// say so, rather than leave the caller to time out.
-				code, desc, body := errorReply(events.Errorf(events.CodeInternal, "%s: the reply could not be sent: %v", subject, err))
-				_ = r.Respond(body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
+			if r.Reply() == "" {
+				// Nobody to tell: a Respond would fail and record its error
+				// on the request, which micro reads meanwhile (a race).
+				return
 			}
+			body, err := json.Marshal(out)
+			if err == nil && len(body) > maxReplyBytes {
+				err = fmt.Errorf("%d bytes, more than a NATS message carries", len(body))
+			}
+			if err != nil {
+				// Not sendable: say so, rather than leave the caller to
+				// time out.
+				code, desc, eb := errorReply(events.Errorf(events.CodeInternal, "%s: the reply could not be sent: %v", subject, err))
+				_ = r.Respond(eb, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
+				return
+			}
+			_ = r.Respond(body)
 		}()
 	})
 }

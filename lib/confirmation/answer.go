@@ -134,6 +134,11 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 			case RefusedNotAllowed:
 				return st, &events.Error{Code: events.CodeInvalidRequest, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			case RefusedVoted:
+				for _, v := range st.Gate.Votes {
+					if v.By == a.By && v.Choice == a.Choice && v.Channel == a.Channel {
+						return st, nil // the same vote again (a retry after a timeout): it is counted
+					}
+				}
 				return st, &events.Error{Code: events.CodeConflict, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			default:
 				return st, events.Errorf(events.CodeInvalidRequest, "confirmation %s: %s", id, r.Reason)

@@ -99,11 +99,26 @@ func connect(ctx context.Context, url string, log *slog.Logger, opts ...nats.Opt
 // its codec and provisions the topology (idempotent). opts add to the
 // connection's options: credentials and TLS (natsconn.Auth.Options).
 func Connect(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology, opts ...nats.Option) (*Runtime, error) {
+	return connectRuntime(ctx, name, url, log, topo, false, opts...)
+}
+
+// ConnectWaiting is Connect for a service's own main: while no NATS
+// server answers it waits (connect), where Connect fails at once (heed up
+// given a mistyped --nats-url should say so, not wait).
+func ConnectWaiting(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology, opts ...nats.Option) (*Runtime, error) {
+	return connectRuntime(ctx, name, url, log, topo, true, opts...)
+}
+
+func connectRuntime(ctx context.Context, name, url string, log *slog.Logger, topo events.Topology, wait bool, opts ...nats.Option) (*Runtime, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("service", name)
-	nc, err := connect(ctx, url, log, append([]nats.Option{
+	dial := nats.Connect
+	if wait {
+		dial = func(url string, opts ...nats.Option) (*nats.Conn, error) { return connect(ctx, url, log, opts...) }
+	}
+	nc, err := dial(url, append([]nats.Option{
 		nats.Name("heed-" + name),
 		// A synchronous subscription gets a channel of this many slots.
 		// The services' only ones are the batched direct gets of
@@ -410,7 +425,7 @@ func (f *Flags) main(name string, run RunFunc) int {
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	rt, err := Connect(ctx, name, NATSURL(f.NATSURL), log, topo, natsOpts...)
+	rt, err := ConnectWaiting(ctx, name, NATSURL(f.NATSURL), log, topo, natsOpts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("stopped before NATS answered")

@@ -56,8 +56,9 @@ type runCache struct {
 	order []string // oldest first
 }
 
-// maxCachedRuns bounds the cache; the oldest entry leaves first.
-const maxCachedRuns = 512
+// maxCachedRuns bounds the cache (shared by the workers; a run of large
+// outputs may hold a few MB), the oldest entry leaving first.
+const maxCachedRuns = 128
 
 // load returns run id folded at least to seq (the delivered event's).
 func (c *runCache) load(ctx context.Context, bus *events.Bus, skills *skill.Cache, id string, seq uint64) (*runstate.Run, error) {

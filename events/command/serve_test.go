@@ -1,0 +1,70 @@
+package command_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heedhq/heed/events"
+	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// TestRequestsWithoutReply: commands published with no reply subject,
+// succeeding and failing, many at once (run with -race): a success sends
+// nothing (a Respond would fail and record its error on the request while
+// micro reads it: a data race), a failure is dead-lettered once, and the
+// endpoint goes on answering requests that have a reply.
+func TestRequestsWithoutReply(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	nc := env.Conn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int64
+	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
+		handled.Add(1)
+		if req.RunID == "missing" {
+			return nil, events.Errorf(events.CodeNotFound, "no run %q", req.RunID)
+		}
+		return command.RunEvents{RunID: req.RunID, Status: "running", Events: []command.StoredRaw{}}, nil
+	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
+	svc, err := micro.AddService(nc, micro.Config{Name: "test-commands", Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		id := "r1"
+		if i%2 == 1 {
+			id = "missing"
+		}
+		if err := nc.Publish(command.RunGet, []byte(`{"run_id":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := nc.Request(command.RunGet, []byte(`{"run_id":"r1"}`), 5*time.Second)
+	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("a request with a reply: %v %v", err, m)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if handled.Load() < n+1 {
+			return fmt.Errorf("%d of %d requests handled", handled.Load(), n+1)
+		}
+		s, err := bus.JetStream().Stream(ctx, events.DLQStream)
+		if err != nil {
+			return err
+		}
+		if got := s.CachedInfo().State.Msgs; got != n/2 {
+			return fmt.Errorf("%d dead letters, want %d", got, n/2)
+		}
+		return nil
+	})
+}
