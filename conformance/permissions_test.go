@@ -292,6 +292,46 @@ func TestPermissionsAndTLS(t *testing.T) {
 	// read API and its subjects are the agent's).
 	runID, confirmID, run := pauseAtConfirm(t, h, confirmSkill(600))
 
+	// It follows the log with consumers of its own, but may not rewrite a
+	// service's durable by naming it (JetStream's create is
+	// create-or-update): the runner's filter stays its own.
+	if _, err := agent.js.CreateOrUpdateConsumer(ctxFor(t, 3*time.Second), eventStream, jetstream.ConsumerConfig{Durable: "runner", FilterSubject: "heed.nothing"}); err == nil {
+		t.Error("the agent rewrote the runner's durable consumer")
+	}
+	agent.waitDenied(t, "the agent rewrites the runner's durable", "$JS.API.CONSUMER.CREATE."+eventStream+".runner.heed.nothing")
+	// Every durable heed keeps is one the roles may not name (the deny
+	// list of heed deploy permissions, access.ServiceDurables).
+	perms, err := os.ReadFile(filepath.Join(secrets, "heed-permissions.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := connectAs(t, url, pki, filepath.Join(secrets, "services.nk"))
+	stream, err := svc.js.Stream(ctxFor(t, 5*time.Second), eventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		list := stream.ListConsumers(ctxFor(t, 5*time.Second))
+		n := 0
+		for ci := range list.Info() {
+			name := ci.Config.Durable
+			if name == "" {
+				continue // an ordered consumer of a reader's
+			}
+			n++
+			if !strings.Contains(string(perms), `"$JS.API.CONSUMER.CREATE.`+eventStream+`.`+name+`"`) {
+				return fmt.Errorf("durable %s is not in the roles' deny list (add it to access.ServiceDurables)", name)
+			}
+		}
+		if n < 16 {
+			return fmt.Errorf("%d durables so far", n)
+		}
+		return list.Err()
+	})
+	if ci, err := stream.Consumer(ctxFor(t, 5*time.Second), "runner"); err != nil || ci.CachedInfo().Config.FilterSubject == "heed.nothing" {
+		t.Errorf("the runner's durable after the agent's try: %v %+v", err, ci)
+	}
+
 	// It may not answer, by command or straight to the log.
 	agent.refused(t, "agent answers by command", "heed.cmd.confirm.answer", map[string]any{"id": confirmID, "choice": "proceed", "by": "agent/sneaky"})
 	ans := eventMsg("heed.confirm.answered", confirmID, confirmID+"/answer/sneaky", map[string]any{"choice": "proceed", "method": "user", "by": "agent/sneaky"})
@@ -353,7 +393,7 @@ func TestPermissionsAndTLS(t *testing.T) {
 	mustRequest(t, agent.Conn, "heed.cmd.confirm.request", map[string]any{"title": "Drop table?", "message": "Drop table sessions?",
 		"options": []map[string]string{{"label": "Drop", "value": "proceed"}, {"label": "Keep", "value": "cancel"}}, "default": "cancel",
 		"timeout_s": 600, "requester": "agent/dba", "approvers": []string{"user:alice"}}, &cr)
-	err := request(bridge.Conn, "heed.cmd.confirm.answer", map[string]any{"id": cr.ID, "choice": "proceed", "by": "user:mallory", "channel": "slack"}, nil)
+	err = request(bridge.Conn, "heed.cmd.confirm.answer", map[string]any{"id": cr.ID, "choice": "proceed", "by": "user:mallory", "channel": "slack"}, nil)
 	var ce *cmdError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "user:mallory may not answer") {
 		t.Errorf("an answer by someone not among the approvers: %v; want a refusal naming them", err)
@@ -377,7 +417,7 @@ func TestPermissionsAndTLS(t *testing.T) {
 	if _, err := ops.js.OrderedConsumer(ctxFor(t, 5*time.Second), "HEED_DLQ", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"heed.dlq.>"}}); err != nil {
 		t.Errorf("ops follows the dead letters (heed events tail 'heed.dlq.>'): %v", err)
 	}
-	stream, err := ops.js.Stream(ctxFor(t, 5*time.Second), eventStream)
+	stream, err = ops.js.Stream(ctxFor(t, 5*time.Second), eventStream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,28 @@ var opsReads = []string{
 	"$JS.API.CONSUMER.LIST.*",
 }
 
+// ServiceDurables are the durable consumers heed's services keep on the
+// event stream (conformance checks the list against a running heed).
+// JetStream's consumer create is create-or-update: a role allowed to
+// create consumers on the stream (to follow the log) could otherwise
+// rewrite one of these (its filter, its ack wait) by name, and stop a
+// service or make it skip what it must see.
+var ServiceDurables = []string{
+	"changesets", "confirm-router", "confirm-router-answers", "confirm-router-deadlines", "escalator", "healer",
+	"proj-changesets", "proj-decisions", "proj-escalations", "proj-fixes", "proj-index", "proj-patterns", "proj-prefs", "proj-stats",
+	"runner", "runner-changesets",
+}
+
+// durableWrites deny the consumer creates that name a service's durable.
+func durableWrites() []string {
+	var out []string
+	for _, d := range ServiceDurables {
+		out = append(out, "$JS.API.CONSUMER.CREATE."+events.EventStream+"."+d, "$JS.API.CONSUMER.CREATE."+events.EventStream+"."+d+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+events.EventStream+"."+d)
+	}
+	return out
+}
+
 // readCommands are the commands that only read.
 var readCommands = []string{"heed.cmd.run.get", "heed.cmd.escalation.status", "heed.cmd.escalation.held", "heed.cmd.changeset.status", "heed.cmd.changeset.list", "heed.cmd.changeset.history"}
 
@@ -129,6 +151,7 @@ func Roles() []Role {
 				Allow: join([]string{"heed.cmd.run.>", "heed.cmd.confirm.request", "heed.cmd.fix.learn",
 					"heed.cmd.escalation.request", "heed.cmd.escalation.outcome", "heed.cmd.changeset.propose",
 					"heed.run.>"}, readCommands, readLog, health),
+				Deny: durableWrites(),
 			},
 			Subscribe: Permissions{Allow: join(watchLog, []string{"heed.tool.>"})},
 			Responses: true,
@@ -138,6 +161,7 @@ func Roles() []Role {
 			Doc:  "an approver bridge (desktop, chat): answers confirmations and decides change sets through their commands only, answers presence checks, reads what it shows",
 			Publish: Permissions{
 				Allow: join([]string{"heed.cmd.confirm.answer", "heed.cmd.changeset.decide"}, readCommands, readLog, health),
+				Deny:  durableWrites(),
 			},
 			Subscribe: Permissions{Allow: join(watchLog, []string{"heed.presence.>"})},
 			Responses: true,
@@ -148,6 +172,7 @@ func Roles() []Role {
 			Publish: Permissions{
 				Allow: join([]string{"heed.cmd.confirm.answer", "heed.cmd.changeset.decide", "heed.cmd.run.cancel", "heed.cmd.fix.forget", "heed.pref.*.forgotten"},
 					readCommands, readLog, health),
+				Deny: durableWrites(),
 			},
 			Subscribe: Permissions{Allow: join(watchLog, []string{"heed.presence.>"})},
 			Responses: true,
@@ -155,7 +180,7 @@ func Roles() []Role {
 		{
 			Name:      RoleOps,
 			Doc:       "operators with the nats CLI: read every stream, bucket and subject, ask the services' health and the read-only commands, and write nothing (no event, answer, decision or stream change)",
-			Publish:   Permissions{Allow: join(readCommands, readLog, opsReads, health)},
+			Publish:   Permissions{Allow: join(readCommands, readLog, opsReads, health), Deny: durableWrites()},
 			Subscribe: Permissions{Allow: []string{">"}, Deny: []string{"$SYS.>"}},
 		},
 	}
