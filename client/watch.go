@@ -454,7 +454,11 @@ func (c *Client) followRun(ctx context.Context, runID string, fn func(seq, later
 			if err := json.Unmarshal(s.Event, &ev); err != nil {
 				return events.Errorf(events.CodeInternal, "run %s: event at %d is not a CloudEvent: %v", runID, s.Seq, err)
 			}
-			done, err := fn(s.Seq, uint64(len(r.Events)-1-i), &ev)
+			later := uint64(len(r.Events) - 1 - i)
+			if r.More {
+				later++ // more pages follow: this page's last is not the run's
+			}
+			done, err := fn(s.Seq, later, &ev)
 			if err != nil || done {
 				return err
 			}
