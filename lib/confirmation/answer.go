@@ -122,23 +122,12 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 		if r := st.Gate.Judge(&a); r != nil {
 			switch r.Code {
 			case RefusedAnswered:
-				if w := r.Winner; w != nil && w.By != "" && w.By == a.By && w.Choice == a.Choice && w.Method == a.Method && w.Channel == a.Channel {
-					// The same answer again: a retry of one that took
-					// effect though its reply never came back (a timeout).
-					// It is that answer, not a conflict with oneself.
-					return st, nil
-				}
 				return st, conflict(id, r.Winner)
 			case RefusedExpired:
 				return st, events.Errorf(events.CodeConflict, "confirmation %s expired at %s; its default %q applies", id, st.Expired.Deadline.UTC().Format(time.RFC3339), st.Gate.Default)
 			case RefusedNotAllowed:
 				return st, &events.Error{Code: events.CodeInvalidRequest, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			case RefusedVoted:
-				for _, v := range st.Gate.Votes {
-					if v.By == a.By && v.Choice == a.Choice && v.Channel == a.Channel {
-						return st, nil // the same vote again (a retry after a timeout): it is counted
-					}
-				}
 				return st, &events.Error{Code: events.CodeConflict, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			default:
 				return st, events.Errorf(events.CodeInvalidRequest, "confirmation %s: %s", id, r.Reason)
