@@ -640,6 +640,21 @@ func TestDeployFilesUseRealFlags(t *testing.T) {
 	}
 }
 
+// client connects a plain NATS client to the cluster, closed with the test.
+func (c *cluster) client(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 // TestReplicasNeverLowered: a service started without --replicas (a
 // stand-by started by hand, say) leaves the cluster's three replicas of
 // the log, the dead letters and the buckets as they are. It provisioned
@@ -663,15 +678,7 @@ func TestReplicasNeverLowered(t *testing.T) {
 		})
 	}
 	started("indexer", "--replicas", "3")
-	nc, err := nats.Connect(c.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := c.client(t)
 	replicas := func() map[string]int {
 		out := map[string]int{}
 		l := js.ListStreams(ctxFor(t, 10*time.Second))
@@ -735,15 +742,7 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 		}
 		return nil
 	})
-	nc, err := nats.Connect(c.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := c.client(t)
 
 	// The active runner serves its commands (a run it does not know is
 	// not_found) before it is paused.

@@ -195,13 +195,7 @@ func leaseServer(t *testing.T) (*eventstest.Env, jetstream.JetStream, context.Co
 // its commands must not run (a paused runner, resumed, wrote the starts
 // its callers had been told failed).
 func TestLeaseFreshness(t *testing.T) {
-	env := eventstest.Start(t)
-	js, err := jetstream.New(env.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, js, ctx := leaseServer(t)
 	const ttl = time.Second
 	l, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "fresh", ttl, eventstest.Logger(t))
 	if err != nil {
@@ -225,13 +219,7 @@ func TestLeaseFreshness(t *testing.T) {
 // of the TTL later (3 s with the default TTL: the stand-by took over 1.6
 // to 2.6 s after the drain).
 func TestLeaseReleaseWakesTheStandby(t *testing.T) {
-	env := eventstest.Start(t)
-	js, err := jetstream.New(env.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, js, ctx := leaseServer(t)
 	const ttl = 10 * time.Second // a look every 2 s
 	log := eventstest.Logger(t)
 	a, err := service.AcquireLease(ctx, js, events.DefaultTopology(), "wake", ttl, log)
