@@ -98,7 +98,14 @@ func (l *Lease) Fresh() bool {
 		return true
 	}
 	at := l.okAt.Load()
-	return at != nil && time.Since(*at) < l.ttl*4/5
+	if at == nil {
+		return false
+	}
+	// By the monotonic clock (which a SIGSTOP does not stop) and by the
+	// wall clock (Linux's monotonic clock does not count a suspended
+	// machine, and a frozen VM may not either): both must be recent.
+	bound := l.ttl * 4 / 5
+	return time.Since(*at) < bound && time.Now().Round(0).Sub(at.Round(0)) < bound
 }
 
 func (l *Lease) ok(sent time.Time) { l.okAt.Store(&sent) }
@@ -157,9 +164,10 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 			if other.Host == host && other.PID != l.holder.PID && !pidAlive(other.PID) {
 				// This host's previous instance, dead (a kill -9 and a
 				// restart): take its lease now rather than after the TTL.
+				sent := time.Now()
 				if rev, err := l.takeOver(ctx, value); err == nil {
 					l.rev = rev
-					l.ok(time.Now()) // the read before it proved the key ours to take
+					l.ok(sent)
 					log.Info("took over the lease of this host's previous instance, which is gone", "previous_pid", other.PID)
 					return l, nil
 				}
