@@ -721,8 +721,11 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 	}
 	c := startCluster(t)
 	tools := filepath.Join(repoRoot, "skills", "tools.yaml")
+	// A lease of 5 s: short enough for a quick take-over, long enough that
+	// a loaded machine (make test's -race on 2 cores) refreshes it in time
+	// (with 2 s, a slow refresh let the stand-by take it at once).
 	runner := func(name string) *proc {
-		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "2s",
+		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "5s",
 			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
 		p.start(t)
 		t.Cleanup(func() { p.stop() })
