@@ -174,6 +174,8 @@ func TestRunGetRefusesBadRequests(t *testing.T) {
 		{command.RunGet, `{"run_id": "r1", "after": -1}`, "after"},
 		{command.RunGet, `{"run_id": "r1", "extra": true}`, "extra"},
 		{command.RunGet, `not json`, ""},
+		{command.RunRetry, `{"run_id": "r1", "attempt": 0}`, "attempt"},
+		{command.RunRetry, `{"run_id": "r1", "attempt": "2"}`, "attempt"},
 		{command.AsAgent("alice", command.RunGet), `{"run_id": "no such/run"}`, "run_id"},
 		{"heed.cmd.as.not:a-token.run.get", `{"run_id": "r1"}`, "agent's path"},
 	} {
@@ -396,18 +398,7 @@ steps:
         - {label: Cancel, value: cancel}
       default: cancel
       timeout: 600
-  - name: gate
-    confirm:
-      message: "Drop the table?"
-      approvers: [user:boss]
-      options:
-        - {label: Proceed, value: proceed}
-        - {label: Cancel, value: cancel}
-      default: cancel
-      timeout: 600
-  - name: after
-    compute: "'dropped'"
-`, nil, false)
+`+strings.TrimPrefix(gatedSkill, "name: gated\nsteps:\n"), nil, false)
 	h.waitPaused(id)
 	gate := runner.ConfirmID(id, 1, 1)
 	body, _ := json.Marshal(command.RequestConfirmation{ID: gate, ConfirmRequestedData: events.ConfirmRequestedData{
