@@ -345,6 +345,20 @@ func TestPermissionsAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent.waitDenied(t, "agent writes a preference", "heed.pref.pref-00000000000000000000.set")
+	// Nor the run events only heed's services write, though it writes a
+	// run's others: a heal's verdict scores a learned fix (a made-up
+	// gave_up halves a person's fix's confidence), a requested event
+	// carries the skill the runner was asked for.
+	healed := eventMsg("heed.run.heal.healed", "forged-run", "forged-run/heal/healed", map[string]any{"step": "deploy", "index": 0, "attempt": 2, "fix_id": "fix-0123456789abcdef"})
+	if err := agent.PublishMsg(healed); err != nil {
+		t.Fatal(err)
+	}
+	agent.waitDenied(t, "agent writes a heal's verdict", "heed.run.forged-run.heal.healed")
+	requested := eventMsg("heed.run.requested", "forged-run", "forged-run/requested", map[string]any{"skill": "x"})
+	if err := agent.PublishMsg(requested); err != nil {
+		t.Fatal(err)
+	}
+	agent.waitDenied(t, "agent writes a run's requested event", "heed.run.forged-run.requested")
 
 	// Operators read everything and write nothing.
 	if _, err := ops.js.Stream(ctxFor(t, 5*time.Second), eventStream); err != nil {
@@ -372,7 +386,7 @@ func TestPermissionsAndTLS(t *testing.T) {
 	bridge.waitDenied(t, "bridge publishes an answer", "heed.confirm."+confirmID+".answered")
 	bridge.refused(t, "bridge starts a run", "heed.cmd.run.start", map[string]any{"skill": map[string]any{"source": confirmSkill(60)}})
 	// Nothing of the refused writes reached the log.
-	for _, subject := range []string{"heed.confirm." + confirmID + ".answered", "heed.pref.pref-00000000000000000000.set"} {
+	for _, subject := range []string{"heed.confirm." + confirmID + ".answered", "heed.pref.pref-00000000000000000000.set", "heed.run.forged-run.heal.healed", "heed.run.forged-run.requested"} {
 		if m, err := lastMsg(agent.js, subject); err == nil {
 			t.Errorf("a refused write is in the log: %s %s", subject, m.Data)
 		}

@@ -13,6 +13,7 @@ package access
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -120,6 +121,24 @@ func durableWrites() []string {
 	return out
 }
 
+// runEventsNotAgents are the run events (heed.run.>, which an agent
+// writes for the runs it drives) that only heed's services write: the
+// catalog's run types whose producers do not include an agent. A heal's
+// verdict (heal.healed, heal.gave_up) scores a learned fix and feeds the
+// statistics; a run's requested event carries the skill the runner was
+// asked for; abandoned and warning are the runner's. An agent that wrote
+// them would move learned state without running anything.
+func runEventsNotAgents() []string {
+	var out []string
+	for _, ti := range events.Catalog() {
+		if ti.Type.Kind() != "run" || slices.Contains(ti.Producers, "agent") {
+			continue
+		}
+		out = append(out, ti.Type.Subject("*"))
+	}
+	return out
+}
+
 // readCommands are the commands that only read.
 var readCommands = []string{"heed.cmd.run.get", "heed.cmd.escalation.status", "heed.cmd.escalation.held", "heed.cmd.changeset.status", "heed.cmd.changeset.list", "heed.cmd.changeset.history"}
 
@@ -151,7 +170,7 @@ func Roles() []Role {
 				Allow: join([]string{"heed.cmd.run.>", "heed.cmd.confirm.request", "heed.cmd.fix.learn",
 					"heed.cmd.escalation.request", "heed.cmd.escalation.outcome", "heed.cmd.changeset.propose",
 					"heed.run.>"}, readCommands, readLog, health),
-				Deny: durableWrites(),
+				Deny: join(durableWrites(), runEventsNotAgents()),
 			},
 			Subscribe: Permissions{Allow: join(watchLog, []string{"heed.tool.>"})},
 			Responses: true,
