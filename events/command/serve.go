@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -62,6 +63,9 @@ type serveOptions struct {
 	gates []func() error
 	// busyDead bounds the dead letters of busy refusals being written.
 	busyDead chan struct{}
+	// deliveriesLogged is when a JetStream delivery refused was last
+	// logged (Unix ns), deliveriesRefused how many since.
+	deliveriesLogged, deliveriesRefused atomic.Int64
 }
 
 func (o *serveOptions) log() *slog.Logger {
@@ -133,6 +137,49 @@ func (o *serveOptions) unanswered(ctx context.Context, r micro.Request, err erro
 	log.Warn("dead-lettered a command sent without a reply subject", "subject", dl.Subject, "code", dl.Code, "reason", events.Message(err))
 }
 
+// jetStreamDelivery tells a message a JetStream consumer delivered (its
+// reply subject is the ack subject, $JS.ACK.<stream>.<consumer>.… or,
+// with a domain, $JS.ACK.<domain>.<account>.<stream>.<consumer>.…) from a
+// request.
+func jetStreamDelivery(reply string) (stream, consumer string, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return "", "", false
+	}
+	tokens := strings.Split(rest, ".")
+	switch {
+	case len(tokens) >= 9: // the v2 form: domain, account hash, stream, consumer, …
+		return tokens[2], tokens[3], true
+	case len(tokens) >= 2:
+		return tokens[0], tokens[1], true
+	}
+	return "", "", true
+}
+
+// refuseDelivery refuses a stored message a JetStream consumer delivered
+// onto a command subject. nats-server does not check a push consumer's
+// deliver subject against its creator's permissions, and it delivers as
+// the account itself: any role that may create a consumer to follow the
+// log could otherwise replay stored messages (events, bucket values, the
+// dead letters of failed commands) as commands nobody allowed it to send.
+// A command is a client's request, never a delivery. The message is
+// terminated (no redelivery) and not dead-lettered (a consumer on the
+// dead letters delivering here would loop); the log names the stream and
+// consumer to delete, at most once a second.
+func (o *serveOptions) refuseDelivery(r micro.Request, stream, consumer string) {
+	_ = r.Respond([]byte("+TERM"))
+	n := o.deliveriesRefused.Add(1)
+	now := time.Now().UnixNano()
+	last := o.deliveriesLogged.Load()
+	if now-last < int64(time.Second) || !o.deliveriesLogged.CompareAndSwap(last, now) {
+		return
+	}
+	o.deliveriesRefused.Add(-n)
+	o.log().Warn("refused messages a JetStream consumer delivered onto a command subject: a command is a client's request, never a stored message; delete the consumer",
+		"subject", r.Subject(), "stream", stream, "consumer", consumer, "refused", n,
+		"fix", "nats consumer rm "+stream+" "+consumer)
+}
+
 // maxReplyBytes is the largest reply sent: NATS' default message size
 // (1 MiB) less room for its headers.
 const maxReplyBytes = 1<<20 - 8<<10
@@ -148,6 +195,10 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 	o.busyDead = make(chan struct{}, 4)
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
+		if stream, consumer, ok := jetStreamDelivery(r.Reply()); ok {
+			o.refuseDelivery(r, stream, consumer)
+			return
+		}
 		select {
 		case slots <- struct{}{}:
 		default:

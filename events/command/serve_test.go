@@ -10,6 +10,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -67,4 +68,73 @@ func TestRequestsWithoutReply(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestJetStreamDeliveriesAreNotCommands: a push consumer whose deliver
+// subject is a command subject (nats-server checks it against nobody's
+// permissions, and delivers as the account) does not get stored messages
+// served as commands: each is terminated, not handled, not dead-lettered;
+// requests still are.
+func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	nc := env.Conn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int64
+	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
+		handled.Add(1)
+		return command.RunEvents{RunID: req.RunID, Status: "running", Events: []command.StoredRaw{}}, nil
+	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
+	svc, err := micro.AddService(nc, micro.Config{Name: "test-commands", Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
+		t.Fatal(err)
+	}
+	js := bus.JetStream()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STORED", Subjects: []string{"stored.>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for range n {
+		// Valid commands, as a failed command's dead letter holds them.
+		if _, err := js.Publish(ctx, "stored.x", []byte(`{"run_id":"r1"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CreateOrUpdatePushConsumer(ctx, jetstream.ConsumerConfig{Durable: "replayer", DeliverSubject: command.RunGet, DeliverGroup: "q", // micro's queue group
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 3}); err != nil {
+		t.Fatal(err)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		c, err := s.PushConsumer(ctx, "replayer")
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Delivered.Stream != n || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+			return fmt.Errorf("delivered %d of %d, %d waiting for an ack, %d redelivered", info.Delivered.Stream, n, info.NumAckPending, info.NumRedelivered)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // heartbeats come meanwhile
+	if got := handled.Load(); got != 0 {
+		t.Errorf("%d deliveries handled as commands", got)
+	}
+	if d, err := js.Stream(ctx, events.DLQStream); err != nil {
+		t.Fatal(err)
+	} else if got := d.CachedInfo().State.Msgs; got != 0 {
+		t.Errorf("%d dead letters of deliveries or heartbeats", got)
+	}
+	m, err := nc.Request(command.RunGet, []byte(`{"run_id":"r1"}`), 5*time.Second)
+	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" || handled.Load() != 1 {
+		t.Fatalf("a request: %v %v, handled %d", err, m, handled.Load())
+	}
 }
