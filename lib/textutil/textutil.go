@@ -143,6 +143,25 @@ func OneLine(s string) string {
 	return b.String()
 }
 
+// Lines is OneLine for text of several lines (a confirmation's
+// message): line breaks and tabs stay, a carriage return and everything
+// else OneLine escapes is escaped the same way.
+func Lines(s string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		for j, part := range strings.Split(l, "\t") {
+			if j > 0 {
+				b.WriteByte('\t')
+			}
+			b.WriteString(OneLine(part))
+		}
+	}
+	return b.String()
+}
+
 func unsafeRune(r rune) bool {
 	switch {
 	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:

@@ -67,3 +67,16 @@ func TestOneLine(t *testing.T) {
 		}
 	}
 }
+
+func TestLines(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain\ntwo lines\tand a tab", "plain\ntwo lines\tand a tab"},
+		{"Deploy to \u202eprod\u202c?\r\nok", `Deploy to \u202eprod\u202c?\r` + "\nok"},
+		{"\x1b[2J\x1b[Hcleared\n\u2066isolated\u2069", `\x1b[2J\x1b[Hcleared` + "\n" + `\u2066isolated\u2069`},
+		{"", ""},
+	} {
+		if got := Lines(c.in); got != c.want {
+			t.Errorf("Lines(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heedhq/heed/lib/textutil"
 	"io"
 	"os"
 	"path"
@@ -79,12 +80,16 @@ func NewOffer(st *confirmation.State) Offer {
 	if req == nil {
 		return o
 	}
-	o.Title, o.Message, o.Skill, o.Step, o.RunID = req.Title, req.Message, req.Skill, req.Step, req.RunID
+	// What a requester wrote reaches desktops and chats made safe to show
+	// (textutil): no escape sequences, no direction marks that reorder
+	// what a person reads before choosing. Values stay as they are: they
+	// are what the answer sends back.
+	o.Title, o.Message, o.Skill, o.Step, o.RunID = textutil.OneLine(req.Title), textutil.Lines(req.Message), req.Skill, req.Step, req.RunID
 	o.Default = confirmation.DefaultChoice(req)
 	o.Approvers = slices.Clone(req.Approvers)
 	o.Remember = req.LearnPreference && req.Skill != "" && req.Step != ""
 	for _, opt := range req.Options {
-		o.Options = append(o.Options, Option{Label: opt.Label, Value: opt.Value})
+		o.Options = append(o.Options, Option{Label: textutil.OneLine(opt.Label), Value: opt.Value})
 	}
 	if len(o.Options) == 0 {
 		o.Options = []Option{{Label: "Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}}

@@ -12,6 +12,7 @@ import (
 	heedclient "github.com/heedhq/heed/client"
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
+	"github.com/heedhq/heed/lib/confirmation"
 	"github.com/heedhq/heed/lib/eventstest"
 	"github.com/heedhq/heed/tools/bridge"
 	"github.com/heedhq/heed/tools/bridge/internal/bridgetest"
@@ -236,5 +237,27 @@ func TestWatchKeepsToTheTiersChannels(t *testing.T) {
 	}
 	if !u.Offer.OnChannel("alice", "desktop") || u.Offer.OnChannel("alice", "terminal") || !u.Offer.OnChannel("bob", "terminal") {
 		t.Fatal("OnChannel: alice on desktop yes, on terminal no, bob (no list) anywhere")
+	}
+}
+
+// TestOfferIsSafeToShow: what a requester wrote reaches a desktop or a
+// chat without escape sequences or direction marks (an override could make
+// "Deny" read as something else, or a message hide a line); the option's
+// value, which the answer sends back, is kept as it was.
+func TestOfferIsSafeToShow(t *testing.T) {
+	st := &confirmation.State{ID: "c-1", Request: &events.ConfirmRequestedData{
+		Title:   "Deploy \u202eprod\u202c",
+		Message: "line one\n\x1b[2Jline two \u2066x\u2069",
+		Options: []events.Option{{Label: "Ship \u202eti\u202c", Value: "proceed"}, {Label: "Stop", Value: "cancel"}},
+	}}
+	o := bridge.NewOffer(st)
+	if want := `Deploy \u202eprod\u202c`; o.Title != want {
+		t.Errorf("title %q, want %q", o.Title, want)
+	}
+	if want := "line one\n" + `\x1b[2Jline two \u2066x\u2069`; o.Message != want {
+		t.Errorf("message %q, want %q", o.Message, want)
+	}
+	if want := `Ship \u202eti\u202c`; o.Options[0].Label != want || o.Options[0].Value != "proceed" {
+		t.Errorf("option %+v, want label %q and value proceed", o.Options[0], want)
 	}
 }

@@ -505,9 +505,9 @@ func newConfirmView(st *confirmation.State) confirmView {
 func printConfirm(w writer, pal palette, st *confirmation.State) {
 	r := st.Request
 	if r.Title != "" {
-		fmt.Fprintf(w, "%s\n", pal.bold(r.Title))
+		fmt.Fprintf(w, "%s\n", pal.bold(oneLine(r.Title)))
 	}
-	fmt.Fprintf(w, "%s\n", strings.TrimRight(r.Message, "\n"))
+	fmt.Fprintf(w, "%s\n", textutil.Lines(strings.TrimRight(r.Message, "\n")))
 	for i, o := range r.Options {
 		def := ""
 		if o.Value == r.Default {
@@ -515,9 +515,9 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 		}
 		desc := ""
 		if o.Description != "" {
-			desc = " — " + o.Description
+			desc = " — " + oneLine(o.Description)
 		}
-		fmt.Fprintf(w, "  %d) %s [%s]%s%s\n", i+1, o.Label, o.Value, def, desc)
+		fmt.Fprintf(w, "  %d) %s [%s]%s%s\n", i+1, oneLine(o.Label), oneLine(o.Value), def, desc)
 	}
 	if r.RunID != "" {
 		fmt.Fprintf(w, "run %s, skill %s, step %s\n", r.RunID, r.Skill, r.Step)

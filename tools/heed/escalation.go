@@ -499,7 +499,7 @@ func printEscalation(w io.Writer, pal palette, st *command.EscalationState) {
 	r := st.Request
 	fmt.Fprintf(w, "escalation %s: %s\n", st.ID, pal.status(st.Status))
 	if r.Title != "" {
-		fmt.Fprintf(w, "%s\n", pal.bold(r.Title))
+		fmt.Fprintf(w, "%s\n", pal.bold(oneLine(r.Title)))
 	}
 	what := r.Operation
 	if r.Scope != "" {
@@ -510,7 +510,7 @@ func printEscalation(w io.Writer, pal palette, st *command.EscalationState) {
 	}
 	fmt.Fprintf(w, "  %s, session %s, asked by %s at %s\n", what, r.Session, r.Requester, st.RequestedAt.Local().Format(time.DateTime))
 	if r.Message != "" {
-		fmt.Fprintf(w, "  %s\n", firstLine(r.Message))
+		fmt.Fprintf(w, "  %s\n", oneLine(firstLine(r.Message)))
 	}
 	if len(r.Approvers) > 0 {
 		fmt.Fprintf(w, "  approvers: %s\n", strings.Join(r.Approvers, ", "))

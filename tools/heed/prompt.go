@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heedhq/heed/lib/textutil"
 	"io"
 	"os"
 	"strings"
@@ -70,9 +71,11 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 	w := &crlf{w: out}
 	fmt.Fprintln(w)
 	if req.Title != "" {
-		fmt.Fprintf(w, "%s\n", pal.bold(req.Title))
+		fmt.Fprintf(w, "%s\n", pal.bold(oneLine(req.Title)))
 	}
-	fmt.Fprintln(w, strings.TrimRight(req.Message, "\n"))
+	// What the requester wrote, made safe to show (textutil: no escape
+	// sequences, no direction marks that reorder what a person reads).
+	fmt.Fprintln(w, textutil.Lines(strings.TrimRight(req.Message, "\n")))
 	for i, o := range req.Options {
 		mark := ""
 		if o.Value == def {
@@ -80,9 +83,9 @@ func prompt(ctx context.Context, c *client, st *confirmation.State, identity str
 		}
 		desc := ""
 		if o.Description != "" {
-			desc = " — " + o.Description
+			desc = " — " + oneLine(o.Description)
 		}
-		fmt.Fprintf(w, "  %d) %s%s%s\n", i+1, o.Label, mark, desc)
+		fmt.Fprintf(w, "  %d) %s%s%s\n", i+1, oneLine(o.Label), mark, desc)
 	}
 	help := "Enter = default · 1-9 = choose · Ctrl-C = cancel"
 	if req.LearnPreference {
