@@ -165,6 +165,13 @@ type ConsumerConfig struct {
 	// Middleware wraps the handler, the first outermost, inside Recover
 	// (which every consumer has).
 	Middleware []Middleware
+	// Gate is checked before each delivery is handled: an error leaves the
+	// delivery unhandled and unacknowledged, for the server to deliver
+	// again after AckWait (to whichever instance is active then). A
+	// service with a lease passes its Runtime.Current: an instance paused
+	// past its lease's TTL, whose stand-by has taken over, must not act on
+	// the deliveries it had fetched before the pause when it resumes.
+	Gate func() error
 
 	Logger *slog.Logger
 }
@@ -243,6 +250,9 @@ type Consumer struct {
 	held    sync.WaitGroup // held deliveries
 
 	handled, dead, retried, skipped atomic.Uint64
+	// gatedLogged is when a delivery the gate held back was last logged
+	// (Unix ns), gated how many it held back since.
+	gatedLogged, gated atomic.Int64
 	// lastDelivery is the consumer sequence of the last message this
 	// process received (see Delivery.afterPrevious).
 	lastDelivery atomic.Uint64
@@ -653,6 +663,12 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 func (c *Consumer) work(q chan *Delivery) {
 	defer c.wg.Done()
 	for d := range q {
+		if c.cfg.Gate != nil {
+			if err := c.cfg.Gate(); err != nil {
+				c.gatedOut(d, err)
+				continue
+			}
+		}
 		out, err := c.handler(c.ctx, d)
 		d.mu.Lock()
 		held := d.held
@@ -661,6 +677,25 @@ func (c *Consumer) work(q chan *Delivery) {
 			c.finish(c.ctx, d, out, err)
 		}
 	}
+}
+
+// gatedOut leaves d unhandled and unacknowledged (Gate): the server
+// delivers it again after AckWait. Not a nak: a nak counts a delivery
+// against MaxDeliver at once, and the instance that gets it next would
+// count this one as a handler that never finished.
+func (c *Consumer) gatedOut(d *Delivery, err error) {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	c.release(d.Seq)
+	n := c.gated.Add(1)
+	now := time.Now().UnixNano()
+	last := c.gatedLogged.Load()
+	if now-last < int64(time.Second) || !c.gatedLogged.CompareAndSwap(last, now) {
+		return
+	}
+	c.gated.Add(-n)
+	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "consumer", c.cfg.Name, "held_back", n, "subject", d.Subject, "seq", d.Seq, "why", err.Error())
 }
 
 // finish publishes the handler's events, then acknowledges; or retries or

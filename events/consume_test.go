@@ -889,3 +889,59 @@ func TestConsumeFilterChangeAcrossRestart(t *testing.T) {
 		t.Fatalf("handler saw %v after the upgrade, want only the new event", got)
 	}
 }
+
+// TestConsumeGateHoldsDeliveriesBack: while the gate refuses (an instance
+// paused past its lease), a delivery is neither handled nor acknowledged
+// nor counted as a failure; once it allows, the server's redelivery after
+// AckWait is handled, once, and nothing is dead-lettered.
+func TestConsumeGateHoldsDeliveriesBack(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	var stale atomic.Bool
+	stale.Store(true)
+	var handled atomic.Int64
+	var delivered atomic.Uint64
+	c := consume(t, bus, events.ConsumerConfig{
+		Name:    "gated",
+		AckWait: time.Second,
+		Gate: func() error {
+			if stale.Load() {
+				return events.Errorf(events.CodeUnavailable, "not fresh")
+			}
+			return nil
+		},
+	}, func(_ context.Context, d *events.Delivery) ([]events.Event, error) {
+		handled.Add(1)
+		delivered.Store(d.Delivered)
+		return nil, nil
+	})
+	publish(t, bus, newEvent(t, events.RunStepFailed, "gated", "gated-1", stepFailedData))
+	time.Sleep(700 * time.Millisecond) // delivered, held back
+	if n := handled.Load(); n != 0 {
+		t.Fatalf("handled %d while the gate refused", n)
+	}
+	cons, err := js.Consumer(context.Background(), events.EventStream, "gated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := cons.Info(context.Background()); err != nil || info.NumAckPending != 1 {
+		t.Fatalf("after the gate refused: %v, %+v; want one delivery waiting for its ack", err, info)
+	}
+	stale.Store(false)
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if s := c.Stats(); s.Handled != 1 {
+			return fmt.Errorf("stats %+v", s)
+		}
+		return nil
+	})
+	if n, d := handled.Load(), delivered.Load(); n != 1 || d < 2 {
+		t.Errorf("handled %d times, at delivery %d; want once, on a redelivery", n, d)
+	}
+	if s := c.Stats(); s.Retried != 0 || s.DeadLettered != 0 {
+		t.Errorf("stats %+v: a held-back delivery is not a failure", s)
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+}

@@ -97,6 +97,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "changesets: refuses, visibly, decisions written straight to the log that do not take effect",
 		Filters:     []string{"heed.changeset.*.decided"},
 		AckWait:     10 * time.Second,

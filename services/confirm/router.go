@@ -109,6 +109,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer func() { _ = svc.Stop() }()
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "confirm router: answers confirmations in layers and sets their deadlines",
 		Filters:     []string{"heed.confirm.*.requested"},
 		Workers:     cfg.Workers,
@@ -123,6 +124,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	// requests.
 	judge, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        AnswersConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "confirm router: judges every answer (the first valid one takes effect), reports refusals, remembers choices, answers expired confirmations with their default",
 		Filters:     []string{"heed.confirm.>"},
 		Workers:     cfg.Workers,

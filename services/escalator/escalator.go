@@ -102,6 +102,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "escalator: routes escalation requests, acts on the answers and deadlines of its offers",
 		Filters:     []string{"heed.escalation.*.requested", "heed.confirm.*.answered", "heed.confirm.*.expired"},
 		// A delivery a crashed escalator held comes back soon: deciding

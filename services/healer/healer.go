@@ -144,6 +144,7 @@ func Run(ctx context.Context, rt *service.Runtime, o Config) error {
 	}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "healer: classifies tool failures, applies fixes, learns agents' fixes",
 		Filters:     []string{"heed.run.*.step.failed", "heed.run.*.step.completed"},
 		AckWait:     30 * time.Second,

@@ -42,6 +42,10 @@ type engine struct {
 	callCtx  context.Context
 	detached sync.WaitGroup
 	metrics  *service.Metrics // nil in tests without a runtime
+	// current is nil while this instance may act (Runtime.Current): the
+	// sweep and the abandon loop of a paused instance whose stand-by took
+	// over do not run when it resumes. nil: always.
+	current func() error
 
 	mu       sync.Mutex
 	runs     map[string]*runstate.Run

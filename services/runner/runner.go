@@ -107,6 +107,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 		rt.Log.Info("tools loaded", "file", cfg.ToolsFile, "tools", reg.Names())
 	}
 	eng := newEngine(rt.Bus, &tool.Invoker{Registry: reg, Requester: rt.Conn}, rt.Log, cfg.AckWait)
+	eng.current = rt.Current
 	callCtx, stopCalls := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCalls()
 	eng.callCtx = callCtx
@@ -139,6 +140,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	eng.decider.learned = bucketLearned{fixes: fixes, patterns: patterns}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "skill runner: drives runs from their events",
 		Filters:     []string{"heed.run.>", "heed.confirm.*.answered"},
 		// The server filters by both subjects (no wider ServerFilter): a
@@ -163,6 +165,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	apl := &applier{sets: changeset.NewCache(2048), bus: rt.Bus, invoker: eng.invoker, ackWait: cfg.AckWait, log: rt.Log}
 	csCons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ChangeSetConsumerName,
+		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
 		Description: "skill runner: applies the confirmed items of change sets",
 		Filters:     []string{"heed.changeset.*.decided"},
 		AckWait:     cfg.AckWait,

@@ -51,6 +51,10 @@ func (e *engine) sweepLoop(ctx context.Context, every, quiet time.Duration) {
 			return
 		case <-t.C:
 		}
+		if e.current != nil && e.current() != nil {
+			t.Reset(every)
+			continue
+		}
 		e.trimFinished(time.Now())
 		n, err := e.sweep(ctx, quiet, first)
 		if err != nil && ctx.Err() == nil {
@@ -336,6 +340,10 @@ func (e *engine) abandonLoop(ctx context.Context, every, idle time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if e.current != nil && e.current() != nil {
+			t.Reset(every)
+			continue
 		}
 		n, err := e.abandonIdle(ctx, idle)
 		if err != nil && ctx.Err() == nil {
