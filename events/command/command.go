@@ -162,6 +162,9 @@ type AnswerConfirmation struct {
 	By       string `json:"by"`
 	Channel  string `json:"channel,omitempty"`
 	Remember string `json:"remember,omitempty"`
+	// RequestID makes a retried answer take effect once: sent again with
+	// the same request id (and by), the reply is what the first wrote.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // AnswerReply is the answer that was written.

@@ -70,6 +70,17 @@ type WithEventID string
 
 func (w WithEventID) applyAnswer(c *answerConfig) { c.eventID = string(w) }
 
+// counted reports whether the answer event eventID is in the log and was
+// not refused: the answer that took effect or a counted vote.
+func (s *State) counted(eventID string) bool {
+	for _, a := range s.Answers {
+		if a.EventID == eventID {
+			return a.Refusal == nil
+		}
+	}
+	return false
+}
+
 // Answer writes answer a to confirmation id if it would take effect. The
 // stream enforces it: the answer is appended only if nothing was appended
 // to the confirmation since this caller read it (expected last sequence on
@@ -112,8 +123,8 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 				return st, err
 			}
 		}
-		if cfg.eventID != "" && st.AnswerID == cfg.eventID {
-			return st, nil // this very decision took effect before (a retry)
+		if cfg.eventID != "" && (st.AnswerID == cfg.eventID || st.counted(cfg.eventID)) {
+			return st, nil // this very decision took effect (or was counted) before: a retry
 		}
 		a := a
 		if a.RunID == "" {

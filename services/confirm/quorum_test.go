@@ -246,3 +246,69 @@ func TestQuorumVoteOnceAndVeto(t *testing.T) {
 		t.Fatalf("carol after the veto: %+v %+v", r.ok, r.err)
 	}
 }
+
+// answerWithRequest is answerCmd with a request id.
+func answerWithRequest(t *testing.T, nc *nats.Conn, id, choice, by, requestID string) answerReply {
+	t.Helper()
+	b, _ := json.Marshal(command.AnswerConfirmation{ID: id, Choice: choice, By: by, Channel: "test", RequestID: requestID})
+	m, err := nc.Request(command.ConfirmAnswer, b, 15*time.Second)
+	if err != nil {
+		t.Fatalf("answer by %s: %v", by, err)
+	}
+	var r answerReply
+	if m.Header.Get(micro.ErrorCodeHeader) != "" {
+		r.err = &command.ErrorReply{}
+		if err := json.Unmarshal(m.Data, r.err); err != nil {
+			t.Fatalf("error reply %s: %v", m.Data, err)
+		}
+		return r
+	}
+	if err := json.Unmarshal(m.Data, &r.ok); err != nil {
+		t.Fatalf("reply %s: %v", m.Data, err)
+	}
+	return r
+}
+
+// TestAnswerRequestIDMakesARetryTakeEffectOnce: an answer sent again with
+// the same request id (a caller whose first try timed out) gets the reply
+// of the first, not a conflict, and the log holds one answer; a vote sent
+// again is counted once; the same request id with another choice is a
+// conflict; someone else's answer is still refused as late.
+func TestAnswerRequestIDMakesARetryTakeEffectOnce(t *testing.T) {
+	t.Parallel()
+	env := eventstest.Start(t)
+	start(t, env, router(confirm.Config{}), runnerSvc)
+	bus, nc := env.Bus(t), env.Conn(t)
+
+	run := startSkill(t, nc, quorumSkill)
+	cid := decode[events.RunPausedData](t, waitRun(t, bus, run, events.RunPaused)).ConfirmID
+	waitAsked(t, bus, cid)
+
+	// alice's vote, twice: counted once.
+	first := answerWithRequest(t, nc, cid, "approve", "alice", "click-1")
+	again := answerWithRequest(t, nc, cid, "approve", "alice", "click-1")
+	if first.err != nil || again.err != nil || !first.ok.Counted || !again.ok.Counted || again.ok.EventID != first.ok.EventID || again.ok.Seq != first.ok.Seq {
+		t.Fatalf("alice's vote %+v %+v, then again %+v %+v; want the same counted vote twice", first.ok, first.err, again.ok, again.err)
+	}
+	// The same request id with another choice: a conflict that says so.
+	if r := answerWithRequest(t, nc, cid, "deny", "alice", "click-1"); r.err == nil || r.err.Code != events.CodeConflict || !strings.Contains(r.err.Message, `request id "click-1" answered`) {
+		t.Fatalf("click-1 with another choice: %+v %+v", r.ok, r.err)
+	}
+	// bob's vote decides; sent again, the same decision.
+	took := answerWithRequest(t, nc, cid, "approve", "bob", "b-7")
+	retried := answerWithRequest(t, nc, cid, "approve", "bob", "b-7")
+	if took.err != nil || took.ok.Counted || retried.err != nil || retried.ok.EventID != took.ok.EventID || retried.ok.By != "bob" || len(retried.ok.Votes) != 2 {
+		t.Fatalf("bob's vote %+v %+v, then again %+v %+v; want the deciding answer twice", took.ok, took.err, retried.ok, retried.err)
+	}
+	// carol is late, request id or not.
+	if r := answerWithRequest(t, nc, cid, "approve", "carol", "b-7"); r.err == nil || r.err.Code != events.CodeConflict || !strings.Contains(r.err.Message, "already answered") {
+		t.Fatalf("carol's late answer: %+v %+v", r.ok, r.err)
+	}
+	waitRun(t, bus, run, events.RunCompleted)
+	if got := ofType(logOf(t, bus, "confirm", cid), events.ConfirmAnswered); len(got) != 2 {
+		t.Fatalf("%d answers in the log, want alice's vote and bob's", len(got))
+	}
+	if got := ofType(logOf(t, bus, "run", run), events.RunResumed); len(got) != 1 {
+		t.Fatalf("resumed %d times", len(got))
+	}
+}

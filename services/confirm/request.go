@@ -2,6 +2,8 @@ package confirm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -85,6 +87,11 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 	if known := r.gates.state(in.ID); known != nil {
 		opts = append(opts, confirmation.FromState{State: known})
 	}
+	eventID := ""
+	if in.RequestID != "" {
+		eventID = answerEventID(in.ID, in.By, in.RequestID)
+		opts = append(opts, confirmation.WithEventID(eventID))
+	}
 	st, err := confirmation.Answer(ctx, r.bus, Source, in.ID, events.ConfirmAnsweredData{
 		Choice: in.Choice, Method: events.MethodUser, By: in.By, Channel: channel, Reason: in.Reason, Remember: in.Remember,
 	}, opts...)
@@ -93,6 +100,39 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 			return nil, events.Errorf(events.CodeNotFound, "no confirmation %q (heed confirm list shows the open ones)", in.ID)
 		}
 		return nil, err
+	}
+	if eventID != "" {
+		return requestReply(in, st, eventID)
+	}
+	return answerReply(in.ID, st), nil
+}
+
+// answerEventID is the id of the answer written for a request id: the
+// same request from the same person is the same event (a retry is
+// stored once, and finds the first), another person's is another.
+func answerEventID(id, by, requestID string) string {
+	sum := sha256.Sum256([]byte("heed-answer:" + by + ":" + requestID))
+	return id + "/answer/rq-" + hex.EncodeToString(sum[:12])
+}
+
+// requestReply is the reply to an answer with a request id: the answer
+// stored under it, the first time or again (a retry). The same request id
+// with another choice is a conflict: a new answer needs a new request id.
+func requestReply(in *command.AnswerConfirmation, st *confirmation.State, eventID string) (any, error) {
+	for _, a := range st.Answers {
+		if a.EventID != eventID {
+			continue
+		}
+		if a.Data.Choice != in.Choice {
+			return nil, events.Errorf(events.CodeConflict, "request id %q answered confirmation %s with %q at %s; a new answer needs a new request id", in.RequestID, in.ID, a.Data.Choice, a.At.UTC().Format(time.RFC3339))
+		}
+		if st.AnswerID == eventID {
+			return answerReply(in.ID, st), nil
+		}
+		rep := answerReply(in.ID, st)
+		rep.EventID, rep.Seq, rep.Choice, rep.Method, rep.By, rep.Channel, rep.RunID, rep.At = a.EventID, a.Seq, a.Data.Choice, a.Data.Method, a.Data.By, a.Data.Channel, a.Data.RunID, a.At.UTC()
+		rep.Counted, rep.Needed = true, st.Gate.Needed(a.Data.Choice)
+		return rep, nil
 	}
 	return answerReply(in.ID, st), nil
 }
