@@ -149,3 +149,45 @@ func mixSummary(ops []genOp) []string {
 	out = append(out, fmt.Sprintf("%d distinct operation+environment+scope", len(pairs)))
 	return out
 }
+
+// cutCeiling is the most any decision cache under the seed's rule could
+// cut from ops run twice, the baseline being the second pass without
+// learning (every operation the matrix does not approve goes to people):
+// an ideal cache that knows every decision at once, counts every approved
+// operation the agent did not report failed as a success, and approves a
+// key decided more than 3 times with more than 90% success; a critical
+// operation (risk > 0.9) is never cached (docs/ESCALATIONS.md). It returns
+// how many of the second pass would still go to people, the baseline and
+// the cut.
+func cutCeiling(ops []genOp) (people, baseline int, cut float64) {
+	type tally struct{ n, ok int }
+	seen := map[string]*tally{}
+	for pass := range 2 {
+		for _, o := range ops {
+			if o.risk <= 0.4 && o.confidence >= 0.5 {
+				continue // the matrix approves it: never a person's
+			}
+			k := o.operation + " " + o.env + " " + o.scope
+			t := seen[k]
+			if t == nil {
+				t = &tally{}
+				seen[k] = t
+			}
+			cached := !o.critical() && t.n > 3 && float64(t.ok)/float64(t.n) > 0.9
+			if pass == 1 {
+				baseline++
+				if !cached {
+					people++
+				}
+			}
+			t.n++
+			if !o.deny && !o.fail {
+				t.ok++
+			}
+		}
+	}
+	if baseline > 0 {
+		cut = 1 - float64(people)/float64(baseline)
+	}
+	return people, baseline, cut
+}

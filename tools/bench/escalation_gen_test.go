@@ -62,3 +62,23 @@ func TestHistP99(t *testing.T) {
 		t.Errorf("p99 past the buckets = %v", d)
 	}
 }
+
+// cutCeiling counts what no cache under the seed's rule can take from
+// people: critical operations, and keys decided 3 times or fewer before.
+func TestCutCeiling(t *testing.T) {
+	op := func(operation, scope string, risk float64) genOp {
+		return genOp{operation: operation, env: "prod", scope: scope, risk: risk, confidence: 0.8}
+	}
+	ops := []genOp{
+		op("deploy", "a", 0.8), op("deploy", "a", 0.8), op("deploy", "a", 0.8), // 3 a pass: the second pass's 2nd and 3rd are cached
+		op("restart", "b", 0.75), // once a pass: never more than 1 decision before
+		op("delete", "c", 0.97),  // critical
+		op("test", "d", 0.1),     // the matrix approves it
+	}
+	people, baseline, cut := cutCeiling(ops)
+	if people != 3 || baseline != 5 || math.Abs(cut-0.4) > 1e-9 {
+		t.Fatalf("people %d of %d, cut %.2f; want 3 of 5 (deploy's first of the pass, restart, delete), 0.40", people, baseline, cut)
+	}
+	p, b, c := cutCeiling(generate(genSeed, 100))
+	t.Logf("seed %d: at most %d of %d to people in the second pass under the seed's rule: a cut of %.0f%% at most", genSeed, p, b, 100*c)
+}
