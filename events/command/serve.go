@@ -63,8 +63,9 @@ type serveOptions struct {
 	gates []func() error
 	// busyDead bounds the dead letters of busy refusals being written.
 	busyDead chan struct{}
-	// deliveriesLogged is when a JetStream delivery refused was last
-	// logged (Unix ns), deliveriesRefused how many since.
+	// deliveriesLogged is when a message that is not a request (see
+	// notARequest) was last logged (Unix ns), deliveriesRefused how many
+	// were refused since.
 	deliveriesLogged, deliveriesRefused atomic.Int64
 }
 
@@ -156,18 +157,41 @@ func jetStreamDelivery(reply string) (stream, consumer string, ok bool) {
 	return "", "", true
 }
 
-// refuseDelivery refuses a stored message a JetStream consumer delivered
-// onto a command subject. nats-server does not check a push consumer's
-// deliver subject against its creator's permissions, and it delivers as
-// the account itself: any role that may create a consumer to follow the
-// log could otherwise replay stored messages (events, bucket values, the
-// dead letters of failed commands) as commands nobody allowed it to send.
-// A command is a client's request, never a delivery. The message is
-// terminated (no redelivery) and not dead-lettered (a consumer on the
-// dead letters delivering here would loop); the log names the stream and
-// consumer to delete, at most once a second.
-func (o *serveOptions) refuseDelivery(r micro.Request, stream, consumer string) {
-	_ = r.Respond([]byte("+TERM"))
+// notARequest tells what is not a client's request though it arrived on
+// a command subject, and why. nats-server sends some messages as the
+// account itself, whatever the sender's permissions, to a subject the
+// sender chose: a push consumer's deliveries to its deliver subject, a
+// direct get's answer (a stored message, with Nats-Stream and
+// Nats-Sequence headers) to the reply subject of the get. Any role that
+// may follow the log could otherwise replay stored messages (events,
+// bucket values, failed commands' dead letters) as commands it may not
+// send. And a request whose reply subject is in an API namespace ($JS.…,
+// $KV.…, heed.…) asks this service to publish its reply there, with the
+// service's rights: the reply would act.
+func notARequest(r micro.Request) (why string, ok bool) {
+	if stream, consumer, ok := jetStreamDelivery(r.Reply()); ok {
+		return "a JetStream consumer's delivery (stream " + stream + ", consumer " + consumer + ": delete it, nats consumer rm " + stream + " " + consumer + ")", true
+	}
+	h := nats.Header(r.Headers())
+	switch {
+	case h.Get("Status") != "":
+		return "a server status message (a heartbeat, flow control, a get's 404)", true
+	case h.Get("Nats-Stream") != "" || h.Get("Nats-Sequence") != "":
+		return "a stored message relayed by a direct get (stream " + h.Get("Nats-Stream") + ")", true
+	case strings.HasPrefix(r.Reply(), "$") || strings.HasPrefix(r.Reply(), events.Prefix+"."):
+		return "its reply subject " + r.Reply() + " is not an inbox: a reply there would act with this service's rights", true
+	}
+	return "", false
+}
+
+// refuse drops what notARequest found: not handled, not dead-lettered (a
+// consumer on the dead letters delivering here would loop), terminated
+// if it is a delivery (no redelivery); the log says why, at most once a
+// second.
+func (o *serveOptions) refuse(r micro.Request, why string) {
+	if _, _, ok := jetStreamDelivery(r.Reply()); ok {
+		_ = r.Respond([]byte("+TERM"))
+	}
 	n := o.deliveriesRefused.Add(1)
 	now := time.Now().UnixNano()
 	last := o.deliveriesLogged.Load()
@@ -175,9 +199,7 @@ func (o *serveOptions) refuseDelivery(r micro.Request, stream, consumer string) 
 		return
 	}
 	o.deliveriesRefused.Add(-n)
-	o.log().Warn("refused messages a JetStream consumer delivered onto a command subject: a command is a client's request, never a stored message; delete the consumer",
-		"subject", r.Subject(), "stream", stream, "consumer", consumer, "refused", n,
-		"fix", "nats consumer rm "+stream+" "+consumer)
+	o.log().Warn("refused messages on a command subject that are not a client's request", "subject", r.Subject(), "why", why, "refused", n)
 }
 
 // maxReplyBytes is the largest reply sent: NATS' default message size
@@ -195,8 +217,8 @@ func serve(ctx context.Context, subject string, timeout time.Duration, opts []Op
 	o.busyDead = make(chan struct{}, 4)
 	slots := make(chan struct{}, MaxConcurrent)
 	return micro.HandlerFunc(func(r micro.Request) {
-		if stream, consumer, ok := jetStreamDelivery(r.Reply()); ok {
-			o.refuseDelivery(r, stream, consumer)
+		if why, ok := notARequest(r); ok {
+			o.refuse(r, why)
 			return
 		}
 		select {

@@ -73,8 +73,10 @@ func TestRequestsWithoutReply(t *testing.T) {
 // TestJetStreamDeliveriesAreNotCommands: a push consumer whose deliver
 // subject is a command subject (nats-server checks it against nobody's
 // permissions, and delivers as the account) does not get stored messages
-// served as commands: each is terminated, not handled, not dead-lettered;
-// requests still are.
+// served as commands: each is terminated, not handled, not dead-lettered,
+// and neither are its heartbeats, a direct get's answer sent to a command
+// subject, or a request whose reply subject is an API's; requests still
+// are.
 func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 	env := eventstest.Start(t)
 	bus := env.Bus(t)
@@ -107,7 +109,7 @@ func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 		}
 	}
 	if _, err := s.CreateOrUpdatePushConsumer(ctx, jetstream.ConsumerConfig{Durable: "replayer", DeliverSubject: command.RunGet, DeliverGroup: "q", // micro's queue group
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 3}); err != nil {
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 3, IdleHeartbeat: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	eventstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -124,6 +126,16 @@ func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 		}
 		return nil
 	})
+	// A direct get's answer, sent as the account to the reply subject the
+	// getter chose: a stored message, not a request.
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.STORED", command.RunGet, []byte(`{"seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A request asking for its reply in an API namespace: the reply would
+	// act with the service's rights.
+	if err := nc.PublishRequest(command.RunGet, "$JS.API.STREAM.INFO.STORED", []byte(`{"run_id":"r1"}`)); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(time.Second) // heartbeats come meanwhile
 	if got := handled.Load(); got != 0 {
 		t.Errorf("%d deliveries handled as commands", got)
