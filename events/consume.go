@@ -615,6 +615,17 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 		return
 	}
 	prev := c.lastDelivery.Swap(meta.Sequence.Consumer)
+	if c.cfg.Gate != nil {
+		// Before the crash-loop guard below: a delivery held back is not
+		// a handler that never finished.
+		if err := c.cfg.Gate(); err != nil {
+			c.imu.Lock()
+			c.nakked[meta.Sequence.Stream]++
+			c.imu.Unlock()
+			c.noteGated(msg.Subject(), meta.Sequence.Stream, err)
+			return
+		}
+	}
 	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
 		c.skipped.Add(1)
 		_ = msg.Ack()
@@ -680,14 +691,22 @@ func (c *Consumer) work(q chan *Delivery) {
 }
 
 // gatedOut leaves d unhandled and unacknowledged (Gate): the server
-// delivers it again after AckWait. Not a nak: a nak counts a delivery
-// against MaxDeliver at once, and the instance that gets it next would
-// count this one as a handler that never finished.
+// delivers it again after AckWait (counted in nakked, so that this
+// process's crash-loop guard does not take it for a handler that never
+// finished; an instance that gets it next counts it as one delivery).
 func (c *Consumer) gatedOut(d *Delivery, err error) {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
+	c.imu.Lock()
+	c.nakked[d.Seq]++
+	c.imu.Unlock()
 	c.release(d.Seq)
+	c.noteGated(d.Subject, d.Seq, err)
+}
+
+// noteGated logs deliveries held back, at most once a second.
+func (c *Consumer) noteGated(subject string, seq uint64, err error) {
 	n := c.gated.Add(1)
 	now := time.Now().UnixNano()
 	last := c.gatedLogged.Load()
@@ -695,7 +714,7 @@ func (c *Consumer) gatedOut(d *Delivery, err error) {
 		return
 	}
 	c.gated.Add(-n)
-	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "consumer", c.cfg.Name, "held_back", n, "subject", d.Subject, "seq", d.Seq, "why", err.Error())
+	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "consumer", c.cfg.Name, "held_back", n, "subject", subject, "seq", seq, "why", err.Error())
 }
 
 // finish publishes the handler's events, then acknowledges; or retries or

@@ -945,3 +945,27 @@ func TestConsumeGateHoldsDeliveriesBack(t *testing.T) {
 		t.Errorf("%d dead letters", n)
 	}
 }
+
+// TestConsumeGateIsNotACrashLoop: deliveries held back by the gate past
+// MaxDeliver are not taken for a handler that never finished: nothing is
+// dead-lettered or acknowledged while the gate refuses.
+func TestConsumeGateIsNotACrashLoop(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	js := bus.JetStream()
+	c := consume(t, bus, events.ConsumerConfig{
+		Name: "gated-long", AckWait: 500 * time.Millisecond, MaxDeliver: 2,
+		Gate: func() error { return events.Errorf(events.CodeUnavailable, "stale") },
+	}, func(context.Context, *events.Delivery) ([]events.Event, error) {
+		t.Error("handled while the gate refuses")
+		return nil, nil
+	})
+	publish(t, bus, newEvent(t, events.RunStepFailed, "gated", "gated-long-1", stepFailedData))
+	time.Sleep(3 * time.Second) // five or so redeliveries
+	if s := c.Stats(); s.DeadLettered != 0 || s.Handled != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if n := streamCount(t, js, events.DLQStream, ">"); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+}

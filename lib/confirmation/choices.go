@@ -84,6 +84,9 @@ func Validate(req *events.ConfirmRequestedData) string {
 	if hasControl(req.Title) {
 		return "title contains control characters"
 	}
+	if hasControl(req.Requester) {
+		return "requester contains control characters"
+	}
 	seen := map[string]bool{}
 	for _, o := range req.Options {
 		if strings.TrimSpace(o.Value) == "" || strings.TrimSpace(o.Label) == "" {
@@ -144,7 +147,7 @@ func validateQuorum(approvers []string, q *events.Quorum, options map[string]boo
 // request refused here is refused at once (invalid_request), not offered
 // and then denied by the router's error answer.
 func ValidateEscalation(req *events.EscalationRequestedData, options []string) string {
-	for _, f := range []struct{ name, v string }{{"session", req.Session}, {"operation", req.Operation}, {"scope", req.Scope}, {"environment", req.Environment}, {"title", req.Title}} {
+	for _, f := range []struct{ name, v string }{{"session", req.Session}, {"operation", req.Operation}, {"scope", req.Scope}, {"environment", req.Environment}, {"title", req.Title}, {"requester", req.Requester}} {
 		// One line each in the offer: a line break or a reordering mark
 		// could make an approver read a line that is not there.
 		if hasControl(f.v) || strings.ContainsAny(f.v, "\n\t\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069") {

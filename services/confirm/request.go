@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,7 +112,9 @@ func (r *router) answerCommand(ctx context.Context, in *command.AnswerConfirmati
 // same request from the same person is the same event (a retry is
 // stored once, and finds the first), another person's is another.
 func answerEventID(id, by, requestID string) string {
-	sum := sha256.Sum256([]byte("heed-answer:" + by + ":" + requestID))
+	// The length of by first: ("user:alice", "x") and ("user", "alice:x")
+	// are two people's requests.
+	sum := sha256.Sum256([]byte("heed-answer:" + strconv.Itoa(len(by)) + ":" + by + ":" + requestID))
 	return id + "/answer/rq-" + hex.EncodeToString(sum[:12])
 }
 

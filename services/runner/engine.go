@@ -735,6 +735,15 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 				}
 			}
 		}
+		if e.current != nil {
+			// After a backoff this instance may have been paused past its
+			// lease, its delivery handed to the active instance: then the
+			// call is that one's to make.
+			if err := e.current(); err != nil {
+				settle(CallLost, err)
+				return
+			}
+		}
 		if l.Start != nil {
 			l.Start.SetTime(time.Now().UTC()) // it starts now, after the backoff
 			if err := e.bus.PublishAll(ctx, []events.Event{*l.Start}); err != nil {

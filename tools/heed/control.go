@@ -523,12 +523,12 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 		fmt.Fprintf(w, "run %s, skill %s, step %s\n", r.RunID, r.Skill, r.Step)
 	}
 	if len(r.Approvers) > 0 {
-		fmt.Fprintf(w, "approvers: %s\n", strings.Join(r.Approvers, ", "))
+		fmt.Fprintf(w, "approvers: %s\n", oneLine(strings.Join(r.Approvers, ", ")))
 	}
 	if q := r.Quorum; q != nil {
 		veto := ""
 		if len(q.Veto) > 0 {
-			veto = "; one vote for " + strings.Join(q.Veto, " or ") + " decides"
+			veto = "; one vote for " + oneLine(strings.Join(q.Veto, " or ")) + " decides"
 		}
 		fmt.Fprintf(w, "quorum: %d must agree%s\n", q.Required, veto)
 		for _, line := range voteLines(&st.Gate) {
@@ -537,7 +537,7 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 	}
 	switch {
 	case st.Answer != nil:
-		fmt.Fprintf(w, "%s %q by %s (%s) at %s\n", pal.status("answered"), st.Answer.Choice, st.Answer.By, st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
+		fmt.Fprintf(w, "%s %q by %s (%s) at %s\n", pal.status("answered"), st.Answer.Choice, oneLine(st.Answer.By), st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
 	case st.Expired != nil:
 		fmt.Fprintf(w, "%s at %s; default %q applies\n", pal.status("expired"), st.Expired.Deadline.Local().Format(time.DateTime), st.Expired.Default)
 	default:
@@ -569,7 +569,7 @@ func voteLines(g *confirmation.Gate) []string {
 	}
 	var out []string
 	for _, c := range order {
-		line := fmt.Sprintf("%s by %s", c, strings.Join(by[c], ", "))
+		line := oneLine(fmt.Sprintf("%s by %s", c, strings.Join(by[c], ", ")))
 		if g.Winner == nil {
 			line += fmt.Sprintf(", %d of %d needed", len(by[c]), len(by[c])+g.Needed(c))
 		}

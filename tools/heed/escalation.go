@@ -508,12 +508,12 @@ func printEscalation(w io.Writer, pal palette, st *command.EscalationState) {
 	if r.Environment != "" {
 		what += " in " + r.Environment
 	}
-	fmt.Fprintf(w, "  %s, session %s, asked by %s at %s\n", what, r.Session, r.Requester, st.RequestedAt.Local().Format(time.DateTime))
+	fmt.Fprintf(w, "  %s, session %s, asked by %s at %s\n", oneLine(what), oneLine(r.Session), oneLine(r.Requester), st.RequestedAt.Local().Format(time.DateTime))
 	if r.Message != "" {
 		fmt.Fprintf(w, "  %s\n", oneLine(firstLine(r.Message)))
 	}
 	if len(r.Approvers) > 0 {
-		fmt.Fprintf(w, "  approvers: %s\n", strings.Join(r.Approvers, ", "))
+		fmt.Fprintf(w, "  approvers: %s\n", oneLine(strings.Join(r.Approvers, ", ")))
 	}
 	if ro := st.Routed; ro != nil {
 		printRouting(w, pal, command.EscalationReply{ID: st.ID, Status: st.Status, Routed: *ro}, false)
