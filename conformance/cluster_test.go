@@ -814,6 +814,327 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 	t.Logf("%d of 8 starts answered while the first runner was paused; %d runs in the log\n%s", started, requested, lastLines(standby.out.String(), 6))
 }
 
+// probeSkill is three calls of the test's own NATS tool, probe.
+const probeSkill = `name: paused_probe
+description: three calls of a tool the test serves
+steps:
+  - name: one
+    tool: probe
+  - name: two
+    tool: probe
+  - name: three
+    tool: probe
+`
+
+// probeCall is one call of the probe tool as it reached the test.
+type probeCall struct {
+	key  string // Heed-Idempotency-Key: run/step/attempt
+	from string // the calling connection: its reply inbox without the last token
+	at   time.Time
+}
+
+// TestPausedRunnerDoesNotCallToolsOnResume: the active runner is paused
+// (SIGSTOP) past its lease's TTL while its pull request to the runner's
+// durable consumer is open, and its stand-by takes over. Runs started
+// meanwhile have some of their events handed to the paused runner (they
+// wait in its socket). Resumed, it holds them back (its lease is stale)
+// and exits: every tool call is made once, by one runner, none by the
+// resumed one, and every run completes with the stand-by. Before the
+// consumers checked the lease, the resumed runner handled what it had
+// been handed: it called tools the stand-by called too.
+func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long tier (a 3-node cluster): skipped by -short")
+	}
+	c := startCluster(t)
+	tools := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(tools, []byte("tools:\n  probe:\n    kind: nats\n    timeout: 10s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nc, js := c.client(t)
+
+	// The tool: each call recorded with the connection it came from (the
+	// reply inbox's prefix is one per connection), answered at once.
+	var mu sync.Mutex
+	var calls []probeCall
+	if _, err := nc.Subscribe("heed.tool.probe", func(m *nats.Msg) {
+		from := m.Reply
+		if i := strings.LastIndex(from, "."); i > 0 {
+			from = from[:i]
+		}
+		mu.Lock()
+		calls = append(calls, probeCall{key: m.Header.Get("Heed-Idempotency-Key"), from: from, at: time.Now()})
+		mu.Unlock()
+		_ = m.Respond([]byte(`{"ok":true}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The runner's pull requests to its durable consumer (a pull expires
+	// after events.PullExpiry, 5 s): the paused runner must have one open
+	// while the runs are started, or nothing is handed to it.
+	type pull struct {
+		inbox string
+		at    time.Time
+	}
+	var pulls []pull
+	if _, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+eventStream+".runner", func(m *nats.Msg) {
+		mu.Lock()
+		pulls = append(pulls, pull{inbox: m.Reply, at: time.Now()})
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	runner := func(name string) *proc {
+		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "5s",
+			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
+		p.start(t)
+		t.Cleanup(func() { p.stop() })
+		return p
+	}
+	active := runner("runner")
+	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(active.out.String(), "msg=started") {
+			return fmt.Errorf("the runner has not started:\n%s", lastLines(active.out.String(), 5))
+		}
+		return nil
+	})
+	standby := runner("runner-2")
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(standby.out.String(), "standing by") {
+			return fmt.Errorf("the second runner does not stand by:\n%s", lastLines(standby.out.String(), 5))
+		}
+		return nil
+	})
+	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+		m, err := nc.Request("heed.cmd.run.get", []byte(`{"run_id":"r-none"}`), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "not_found" {
+			return fmt.Errorf("heed.cmd.run.get: %q %s", code, m.Data)
+		}
+		return nil
+	})
+	completed := func(ids []string) func() error {
+		return func() error {
+			for _, id := range ids {
+				if s := runStatus(t, js, id); s != "completed" {
+					return fmt.Errorf("run %s is %s", id, s)
+				}
+			}
+			return nil
+		}
+	}
+
+	// Runs before the pause, by the active runner alone: its connection
+	// is the one that calls.
+	var ids []string
+	for range 3 {
+		ids = append(ids, startRun(t, nc, probeSkill, nil, ""))
+	}
+	checkFor(t, 60*time.Second, 200*time.Millisecond, completed(ids))
+	mu.Lock()
+	first := calls[0].from
+	for _, cl := range calls {
+		if cl.from != first {
+			mu.Unlock()
+			t.Fatalf("before the pause, tool calls came from two connections: %s and %s", first, cl.from)
+		}
+	}
+	mu.Unlock()
+
+	// Paused right after it opened a pull: it stays open (5 s) until
+	// about the take-over; the server hands it what the starts below write
+	// in the meantime.
+	var inbox string
+	checkFor(t, 45*time.Second, 20*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if n := len(pulls); n > 0 && time.Since(pulls[n-1].at) < 200*time.Millisecond {
+			inbox = pulls[n-1].inbox
+			return nil
+		}
+		return fmt.Errorf("no pull of the runner's consumer in the last 200ms (%d seen)", len(pulls))
+	})
+	// What the server hands the paused runner, seen on its pull's inbox:
+	// each message's stream sequence and delivery count ($JS.ACK.<stream>.
+	// <consumer>.<delivered>.<stream seq>...).
+	handed := map[string]int{}
+	watchInbox, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		f := strings.Split(m.Reply, ".")
+		if len(f) < 9 || f[0] != "$JS" || f[1] != "ACK" {
+			return
+		}
+		if len(f) > 9 {
+			f = f[2:] // with a domain and an account hash
+		}
+		d, _ := strconv.Atoi(f[4])
+		mu.Lock()
+		handed[f[5]] = max(handed[f[5]], d)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handedNow := func() (n, most int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range handed {
+			most = max(most, d)
+		}
+		return len(handed), most
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	active.mu.Lock()
+	pid := active.cmd.Process.Pid
+	active.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	pausedAt := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(standby.out.String(), "took over") {
+			return fmt.Errorf("the stand-by has not taken over")
+		}
+		return nil
+	})
+	tookOver := time.Since(pausedAt)
+
+	// Runs started while it is paused: a start the paused runner received
+	// times out and is sent again (the same request id, the same run).
+	paused := make([]string, 8)
+	var starting sync.WaitGroup
+	for i := range paused {
+		starting.Add(1)
+		go func() {
+			defer starting.Done()
+			body, _ := json.Marshal(map[string]any{"skill": map[string]any{"source": probeSkill, "file": "conformance.yaml"},
+				"requested_by": eventSource, "request_id": fmt.Sprintf("paused-probe-%d", i)})
+			for range 15 {
+				m, err := nc.Request("heed.cmd.run.start", body, 2*time.Second)
+				if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+					continue
+				}
+				var rep runReply
+				if json.Unmarshal(m.Data, &rep) == nil && rep.RunID != "" {
+					paused[i] = rep.RunID
+					return
+				}
+			}
+		}()
+	}
+	starting.Wait()
+	for i, id := range paused {
+		if id == "" {
+			t.Fatalf("start %d was never answered", i)
+		}
+	}
+	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if n, _ := handedNow(); n == 0 {
+			return fmt.Errorf("the server handed the paused runner nothing: the test would prove nothing")
+		}
+		return nil
+	})
+	// The test's own interest in the inbox would keep the runner's pull
+	// alive after it exits: gone before it resumes.
+	if err := watchInbox.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	heldBefore, most := handedNow()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	resumedAt := time.Now()
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if active.running() {
+			return fmt.Errorf("the resumed runner still runs:\n%s", lastLines(active.out.String(), 5))
+		}
+		return nil
+	})
+	ids = append(ids, paused...)
+	checkFor(t, 90*time.Second, 250*time.Millisecond, completed(ids))
+	time.Sleep(time.Second) // a late call would have arrived by now
+
+	mu.Lock()
+	got := append([]probeCall(nil), calls...)
+	mu.Unlock()
+	byKey := map[string][]probeCall{}
+	for _, cl := range got {
+		byKey[cl.key] = append(byKey[cl.key], cl)
+	}
+	who := func(cl probeCall) string {
+		if cl.from == first {
+			return fmt.Sprintf("runner (pid %d) at %+.3fs from the resume", pid, cl.at.Sub(resumedAt).Seconds())
+		}
+		return fmt.Sprintf("%s at %+.3fs from the resume", cl.from, cl.at.Sub(resumedAt).Seconds())
+	}
+	var wrong []string
+	for _, id := range ids {
+		for step := range 3 {
+			key := fmt.Sprintf("%s/%d/1", id, step)
+			cs := byKey[key]
+			switch {
+			case len(cs) == 0:
+				wrong = append(wrong, key+" never called")
+			case len(cs) > 1:
+				var by []string
+				for _, cl := range cs {
+					by = append(by, who(cl))
+				}
+				wrong = append(wrong, fmt.Sprintf("%s called %d times: by %s", key, len(cs), strings.Join(by, "; ")))
+			}
+		}
+	}
+	for _, cl := range got {
+		if cl.from == first && cl.at.After(pausedAt) {
+			wrong = append(wrong, fmt.Sprintf("%s called by the resumed runner (%s)", cl.key, who(cl)))
+		}
+	}
+	if len(byKey) != 3*len(ids) {
+		wrong = append(wrong, fmt.Sprintf("%d keys called for %d runs of three steps", len(byKey), len(ids)))
+	}
+	// Nothing the runner's consumers took was dead-lettered.
+	if dlq, err := js.Stream(ctxFor(t, 10*time.Second), "HEED_DLQ"); err == nil {
+		for seq := uint64(1); ; {
+			m, err := dlq.GetMsg(ctxFor(t, 10*time.Second), seq, jetstream.WithGetMsgSubject("heed.dlq.>"))
+			if err != nil {
+				break
+			}
+			if strings.HasPrefix(m.Header.Get("Heed-Dlq-Consumer"), "runner") {
+				wrong = append(wrong, fmt.Sprintf("dead-lettered by %s: %s %s (%s)", m.Header.Get("Heed-Dlq-Consumer"), m.Header.Get("Heed-Dlq-Subject"), m.Header.Get("Heed-Dlq-Code"), m.Header.Get("Heed-Dlq-Reason")))
+			}
+			seq = m.Sequence + 1
+		}
+	}
+	timing := fmt.Sprintf("the stand-by took over %.1fs after the pause, the runner was resumed %.1fs after it; the server handed the paused runner %d messages, delivered up to %d times",
+		tookOver.Seconds(), resumedAt.Sub(pausedAt).Seconds(), heldBefore, most)
+	if len(wrong) > 0 {
+		var warns []string
+		for _, l := range strings.Split(standby.out.String(), "\n") {
+			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				warns = append(warns, l)
+			}
+		}
+		t.Fatalf("%s; then:\n  %s\nthe resumed runner's last lines:\n%s\nthe stand-by's warnings:\n%s",
+			timing, strings.Join(wrong, "\n  "), lastLines(active.out.String(), 12), lastLines(strings.Join(warns, "\n"), 20))
+	}
+	t.Logf("%s; %d runs completed, %d tool calls, each key once, none by the resumed runner\nthe resumed runner's last lines:\n%s",
+		timing, len(ids), len(got), lastLines(active.out.String(), 4))
+}
+
 // TestServiceWaitsForNATS: a service started while NATS does not answer
 // (a node down, a machine booting) waits for it, saying so, and starts
 // once it answers; it exited 1 at once, and a supervisor's restarts ran

@@ -390,6 +390,14 @@ func (c *Consumer) start(cons jetstream.Consumer) (jetstream.ConsumeContext, err
 	return cons.Consume(c.receive,
 		jetstream.PullMaxMessages(c.pull),
 		jetstream.PullHeartbeat(time.Second),
+		// A pull request stays open this long (nats.go's default is 30 s):
+		// while an instance is paused (SIGSTOP, a frozen VM) the server goes
+		// on handing its open pulls the messages whose ack wait ran out, a
+		// delivery counted each time; after a pause of MaxDeliver ack waits
+		// the instance that took over would find live events "delivered 5
+		// times and never finished" and dead-letter them. With short pulls
+		// the paused process stops getting anything a few seconds in.
+		jetstream.PullExpiry(PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			switch {
 			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -690,6 +698,9 @@ func (c *Consumer) work(q chan *Delivery) {
 	}
 }
 
+// PullExpiry is how long a consumer's pull request stays open.
+const PullExpiry = 5 * time.Second
+
 // gatedOut leaves d unhandled and unacknowledged (Gate): the server
 // delivers it again after AckWait (counted in nakked, so that this
 // process's crash-loop guard does not take it for a handler that never
@@ -714,7 +725,7 @@ func (c *Consumer) noteGated(subject string, seq uint64, err error) {
 		return
 	}
 	c.gated.Add(-n)
-	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "consumer", c.cfg.Name, "held_back", n, "subject", subject, "seq", seq, "why", err.Error())
+	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "held_back", n, "subject", subject, "seq", seq, "why", err.Error())
 }
 
 // finish publishes the handler's events, then acknowledges; or retries or
