@@ -172,6 +172,12 @@ type ConsumerConfig struct {
 	// past its lease's TTL, whose stand-by has taken over, must not act on
 	// the deliveries it had fetched before the pause when it resumes.
 	Gate func() error
+	// HeldBack, if set, is told the subject of each delivery Gate held
+	// back: a handler that keeps state folded from its deliveries in log
+	// order forgets that aggregate's, since the deliveries after the one
+	// held back may be handled before it comes back (a lease fresh again a
+	// moment later).
+	HeldBack func(subject string)
 
 	Logger *slog.Logger
 }
@@ -716,8 +722,12 @@ func (c *Consumer) gatedOut(d *Delivery, err error) {
 	c.noteGated(d.Subject, d.Seq, err)
 }
 
-// noteGated logs deliveries held back, at most once a second.
+// noteGated tells HeldBack and logs deliveries held back, at most once a
+// second.
 func (c *Consumer) noteGated(subject string, seq uint64, err error) {
+	if c.cfg.HeldBack != nil {
+		c.cfg.HeldBack(subject)
+	}
 	n := c.gated.Add(1)
 	now := time.Now().UnixNano()
 	last := c.gatedLogged.Load()

@@ -902,9 +902,11 @@ func TestConsumeGateHoldsDeliveriesBack(t *testing.T) {
 	stale.Store(true)
 	var handled atomic.Int64
 	var delivered atomic.Uint64
+	var heldBack atomic.Pointer[string]
 	c := consume(t, bus, events.ConsumerConfig{
-		Name:    "gated",
-		AckWait: time.Second,
+		Name:     "gated",
+		AckWait:  time.Second,
+		HeldBack: func(subject string) { heldBack.Store(&subject) },
 		Gate: func() error {
 			if stale.Load() {
 				return events.Errorf(events.CodeUnavailable, "not fresh")
@@ -920,6 +922,9 @@ func TestConsumeGateHoldsDeliveriesBack(t *testing.T) {
 	time.Sleep(700 * time.Millisecond) // delivered, held back
 	if n := handled.Load(); n != 0 {
 		t.Fatalf("handled %d while the gate refused", n)
+	}
+	if s := heldBack.Load(); s == nil || *s != "heed.run.gated.step.failed" {
+		t.Fatalf("HeldBack told %v, want the held-back delivery's subject", s)
 	}
 	cons, err := js.Consumer(context.Background(), events.EventStream, "gated")
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -87,16 +86,6 @@ type Lease struct {
 	// acknowledged: the key expires a TTL after it was stored, which is
 	// no earlier), by the monotonic clock.
 	okAt atomic.Pointer[time.Time]
-	// stale is set the first time Fresh finds the lease not fresh, and
-	// staleCh closed: from then on the instance acts on nothing and Keep
-	// returns ErrLeaseLost (it exits, as a crash would). A lease fresh
-	// again a moment later (a refresh that got through just before the
-	// TTL) does not make it current again: what it held back meanwhile
-	// (a delivery left for redelivery) would be missing from the state it
-	// folds in order, and the deliveries after it applied out of order.
-	stale     atomic.Bool
-	staleOnce sync.Once
-	staleCh   chan struct{}
 }
 
 // Fresh reports whether the lease is surely still this instance's: its
@@ -108,9 +97,6 @@ func (l *Lease) Fresh() bool {
 	if l == nil {
 		return true
 	}
-	if l.stale.Load() {
-		return false
-	}
 	at := l.okAt.Load()
 	if at == nil {
 		return false
@@ -119,14 +105,7 @@ func (l *Lease) Fresh() bool {
 	// wall clock (Linux's monotonic clock does not count a suspended
 	// machine, and a frozen VM may not either): both must be recent.
 	bound := l.ttl * 4 / 5
-	if time.Since(*at) < bound && time.Now().Round(0).Sub(at.Round(0)) < bound {
-		return true
-	}
-	l.staleOnce.Do(func() {
-		l.stale.Store(true)
-		close(l.staleCh)
-	})
-	return false
+	return time.Since(*at) < bound && time.Now().Round(0).Sub(at.Round(0)) < bound
 }
 
 func (l *Lease) ok(sent time.Time) { l.okAt.Store(&sent) }
@@ -145,7 +124,7 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 		return nil, &events.Error{Code: events.CodeUnavailable, Message: "lease bucket: " + err.Error(), Err: err}
 	}
 	host, _ := os.Hostname()
-	l := &Lease{js: js, kv: kv, key: service, ttl: ttl, log: log, staleCh: make(chan struct{}),
+	l := &Lease{js: js, kv: kv, key: service, ttl: ttl, log: log,
 		holder: LeaseHolder{Service: service, Host: host, PID: os.Getpid(), Since: time.Now().UTC()}}
 	value, err := json.Marshal(l.holder)
 	if err != nil {
@@ -260,8 +239,6 @@ func (l *Lease) Keep(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-l.staleCh:
-			return fmt.Errorf("%w (it went more than four fifths of its TTL without a refresh: it acted on nothing since, and stops)", ErrLeaseLost)
 		case <-t.C:
 		}
 		sent := time.Now()

@@ -110,6 +110,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        ConsumerName,
 		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
+		HeldBack:    r.heldBack,
 		Description: "confirm router: answers confirmations in layers and sets their deadlines",
 		Filters:     []string{"heed.confirm.*.requested"},
 		Workers:     cfg.Workers,
@@ -125,6 +126,7 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	judge, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
 		Name:        AnswersConsumerName,
 		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
+		HeldBack:    r.heldBack,
 		Description: "confirm router: judges every answer (the first valid one takes effect), reports refusals, remembers choices, answers expired confirmations with their default",
 		Filters:     []string{"heed.confirm.>"},
 		Workers:     cfg.Workers,
@@ -195,6 +197,15 @@ func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]event
 		r.gates.drop(d.Event.Subject())
 	}
 	return out, err
+}
+
+// heldBack forgets the cached gate of a confirmation whose event the
+// consumer held back (events.ConsumerConfig.HeldBack): its next events
+// may come before it, and a command judging from the cache would miss it.
+func (r *router) heldBack(subject string) {
+	if kind, id, _, ok := events.ParseSubject(subject); ok && kind == "confirm" {
+		r.gates.drop(id)
+	}
 }
 
 // route decides how a request is answered, layer by layer: the --yes

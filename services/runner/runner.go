@@ -139,8 +139,15 @@ func Run(ctx context.Context, rt *service.Runtime, cfg Config) error {
 	defer patterns.Stop()
 	eng.decider.learned = bucketLearned{fixes: fixes, patterns: patterns}
 	cons, err := events.Consume(ctx, rt.Bus, events.ConsumerConfig{
-		Name:        ConsumerName,
-		Gate:        rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
+		Name: ConsumerName,
+		Gate: rt.Current, // a paused instance does not act on what it fetched (Runtime.Current)
+		// A run's later events may be handled before the one held back
+		// comes back: its cached state is read again from the log.
+		HeldBack: func(subject string) {
+			if kind, id, _, ok := events.ParseSubject(subject); ok && kind == "run" {
+				eng.forget(id)
+			}
+		},
 		Description: "skill runner: drives runs from their events",
 		Filters:     []string{"heed.run.>", "heed.confirm.*.answered"},
 		// The server filters by both subjects (no wider ServerFilter): a
