@@ -733,8 +733,11 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 	}
 	active := runner("runner")
 	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
-		if !strings.Contains(active.out.String(), "msg=started") {
-			return fmt.Errorf("the runner has not started:\n%s", lastLines(active.out.String(), 5))
+		// Holding the lease before the stand-by starts: started first, it
+		// could still lose the race for the lease to the second on a
+		// loaded machine (which then is active without standing by).
+		if !strings.Contains(active.out.String(), "this instance holds the lease") {
+			return fmt.Errorf("the runner does not hold the lease yet:\n%s", lastLines(active.out.String(), 5))
 		}
 		return nil
 	})
@@ -826,6 +829,28 @@ steps:
     tool: probe
 `
 
+// probeGateSkill is probeSkill with a confirmation after the first call:
+// its runs wait there before the pause, and their answers, written the
+// moment the runner is paused, are handed to the paused runner.
+const probeGateSkill = `name: paused_probe_gate
+description: a call of a tool the test serves, a confirmation, two more calls
+steps:
+  - name: one
+    tool: probe
+  - name: gate
+    confirm:
+      message: Go on?
+      options:
+        - {label: Proceed, value: proceed}
+        - {label: Cancel, value: cancel}
+      default: cancel
+      timeout: 600
+  - name: two
+    tool: probe
+  - name: three
+    tool: probe
+`
+
 // probeCall is one call of the probe tool as it reached the test.
 type probeCall struct {
 	key  string // Heed-Idempotency-Key: run/step/attempt
@@ -897,8 +922,11 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 	}
 	active := runner("runner")
 	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
-		if !strings.Contains(active.out.String(), "msg=started") {
-			return fmt.Errorf("the runner has not started:\n%s", lastLines(active.out.String(), 5))
+		// Holding the lease before the stand-by starts: started first, it
+		// could still lose the race for the lease to the second on a
+		// loaded machine (which then is active without standing by).
+		if !strings.Contains(active.out.String(), "this instance holds the lease") {
+			return fmt.Errorf("the runner does not hold the lease yet:\n%s", lastLines(active.out.String(), 5))
 		}
 		return nil
 	})
@@ -937,6 +965,19 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 		ids = append(ids, startRun(t, nc, probeSkill, nil, ""))
 	}
 	checkFor(t, 60*time.Second, 200*time.Millisecond, completed(ids))
+	// Runs waiting at their confirmation when the runner is paused.
+	gated := make([]string, 6)
+	for i := range gated {
+		gated[i] = startRun(t, nc, probeGateSkill, nil, "")
+	}
+	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
+		for _, id := range gated {
+			if _, err := lastMsg(js, "heed.run."+id+".paused"); err != nil {
+				return fmt.Errorf("run %s has not paused at its confirmation: %v", id, err)
+			}
+		}
+		return nil
+	})
 	mu.Lock()
 	first := calls[0].from
 	for _, cl := range calls {
@@ -948,8 +989,9 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 	mu.Unlock()
 
 	// Paused right after it opened a pull: it stays open (5 s) until
-	// about the take-over; the server hands it what the starts below write
-	// in the meantime.
+	// about the take-over; the server hands it the answers written at once
+	// below (and what the starts after the take-over write while it is
+	// still open).
 	var inbox string
 	checkFor(t, 45*time.Second, 20*time.Millisecond, func() error {
 		mu.Lock()
@@ -1004,6 +1046,16 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}()
+	// Answered at once, while its pull is open: the answers are handed to
+	// the paused runner (the stand-by gets them once their ack wait ran
+	// out, after it took over).
+	for _, id := range gated {
+		cid := id + "-s1-a1"
+		ans := eventMsg("heed.confirm.answered", cid, cid+"/answer/tester", map[string]any{"choice": "proceed", "method": "user", "by": "user:tester"})
+		if _, err := js.PublishMsg(ctxFor(t, 10*time.Second), ans); err != nil {
+			t.Fatalf("answer %s: %v", cid, err)
+		}
+	}
 	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 		if !strings.Contains(standby.out.String(), "took over") {
 			return fmt.Errorf("the stand-by has not taken over")
@@ -1065,6 +1117,16 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 		return nil
 	})
 	ids = append(ids, paused...)
+	// The tool steps of each run: probeSkill's three, probeGateSkill's
+	// first, third and fourth (its second is the confirmation).
+	toolSteps := map[string][]int{}
+	for _, id := range ids {
+		toolSteps[id] = []int{0, 1, 2}
+	}
+	for _, id := range gated {
+		toolSteps[id] = []int{0, 2, 3}
+	}
+	ids = append(ids, gated...)
 	checkFor(t, 90*time.Second, 250*time.Millisecond, completed(ids))
 	time.Sleep(time.Second) // a late call would have arrived by now
 
@@ -1083,7 +1145,7 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 	}
 	var wrong []string
 	for _, id := range ids {
-		for step := range 3 {
+		for _, step := range toolSteps[id] {
 			key := fmt.Sprintf("%s/%d/1", id, step)
 			cs := byKey[key]
 			switch {
@@ -1104,7 +1166,7 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 		}
 	}
 	if len(byKey) != 3*len(ids) {
-		wrong = append(wrong, fmt.Sprintf("%d keys called for %d runs of three steps", len(byKey), len(ids)))
+		wrong = append(wrong, fmt.Sprintf("%d keys called for %d runs of three tool steps", len(byKey), len(ids)))
 	}
 	// Nothing the runner's consumers took was dead-lettered.
 	if dlq, err := js.Stream(ctxFor(t, 10*time.Second), "HEED_DLQ"); err == nil {

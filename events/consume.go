@@ -274,6 +274,9 @@ type Consumer struct {
 	// were not crashes, so the guard against crash loops does not count
 	// them.
 	nakked map[uint64]int
+	// heldBack counts, of those, the deliveries the gate held back (not a
+	// try of the handler either: finish does not count them).
+	heldBack map[uint64]int
 	// holding are the held deliveries (Hold) by stream sequence: a
 	// redelivery of one is adopted by it, not handled again.
 	holding map[uint64]*Delivery
@@ -352,7 +355,7 @@ func Consume(ctx context.Context, bus *Bus, cfg ConsumerConfig, h Handler) (*Con
 	log := cfg.Logger.With("consumer", cfg.Name)
 	c := &Consumer{
 		cfg: cfg, bus: bus, handler: Chain(h, append([]Middleware{Recover(log)}, cfg.Middleware...)...), log: log,
-		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, nakked: map[uint64]int{}, holding: map[uint64]*Delivery{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
+		ctx: cctx, cancel: cancel, inflight: map[uint64]int{}, nakked: map[uint64]int{}, heldBack: map[uint64]int{}, holding: map[uint64]*Delivery{}, obs: bus.observer(), jc: jc, lost: make(chan error, 1), only: only,
 	}
 	c.noteFloor(cons.CachedInfo())
 	// A short queue per worker: what waits here has been delivered, so its
@@ -629,21 +632,22 @@ func (c *Consumer) receive(msg jetstream.Msg) {
 		return
 	}
 	prev := c.lastDelivery.Swap(meta.Sequence.Consumer)
+	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
+		c.skipped.Add(1)
+		_ = msg.Ack()
+		return
+	}
 	if c.cfg.Gate != nil {
 		// Before the crash-loop guard below: a delivery held back is not
 		// a handler that never finished.
 		if err := c.cfg.Gate(); err != nil {
 			c.imu.Lock()
 			c.nakked[meta.Sequence.Stream]++
+			c.heldBack[meta.Sequence.Stream]++
 			c.imu.Unlock()
 			c.noteGated(msg.Subject(), meta.Sequence.Stream, err)
 			return
 		}
-	}
-	if c.only != nil && !matchesAny(c.only, msg.Subject()) {
-		c.skipped.Add(1)
-		_ = msg.Ack()
-		return
 	}
 	ev, err := c.bus.codec.DecodeStored(RawMsg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), Stored: meta.Timestamp})
 	if err != nil {
@@ -717,6 +721,7 @@ func (c *Consumer) gatedOut(d *Delivery, err error) {
 	d.mu.Unlock()
 	c.imu.Lock()
 	c.nakked[d.Seq]++
+	c.heldBack[d.Seq]++
 	c.imu.Unlock()
 	c.release(d.Seq)
 	c.noteGated(d.Subject, d.Seq, err)
@@ -764,6 +769,9 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 	c.imu.Lock()
 	if c.holding[d.Seq] == d {
 		delete(c.holding, d.Seq)
+	}
+	if h := uint64(c.heldBack[d.Seq]); h > 0 && delivered > 1 {
+		delivered -= min(h, delivered-1) // deliveries held back were no tries
 	}
 	c.imu.Unlock()
 	defer c.release(d.Seq)
@@ -823,6 +831,7 @@ func (c *Consumer) finish(ctx context.Context, d *Delivery, out []Event, err err
 func (c *Consumer) settled(seq uint64) {
 	c.imu.Lock()
 	delete(c.nakked, seq)
+	delete(c.heldBack, seq)
 	c.imu.Unlock()
 }
 
@@ -833,6 +842,7 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, co
 	}
 	if meta != nil {
 		dl.Seq = meta.Sequence.Stream
+		defer c.settled(dl.Seq)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()

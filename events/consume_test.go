@@ -974,3 +974,34 @@ func TestConsumeGateIsNotACrashLoop(t *testing.T) {
 		t.Errorf("%d dead letters", n)
 	}
 }
+
+// TestConsumeHeldBackAreNotTries: deliveries the gate held back do not
+// count against a failing handler's MaxDeliver tries.
+func TestConsumeHeldBackAreNotTries(t *testing.T) {
+	env := eventstest.Start(t)
+	bus := env.Bus(t)
+	var gated, tries atomic.Int64
+	c := consume(t, bus, events.ConsumerConfig{
+		Name: "held-then-failing", AckWait: 300 * time.Millisecond, MaxDeliver: 3,
+		Backoff: []time.Duration{10 * time.Millisecond},
+		Gate: func() error {
+			if gated.Add(1) <= 2 {
+				return events.Errorf(events.CodeUnavailable, "stale")
+			}
+			return nil
+		},
+	}, func(context.Context, *events.Delivery) ([]events.Event, error) {
+		tries.Add(1)
+		return nil, errors.New("always fails")
+	})
+	publish(t, bus, newEvent(t, events.RunStepFailed, "held", "held-1", stepFailedData))
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if s := c.Stats(); s.DeadLettered != 1 {
+			return fmt.Errorf("stats %+v", s)
+		}
+		return nil
+	})
+	if n := tries.Load(); n != 3 {
+		t.Errorf("the handler had %d tries before the dead letter, want MaxDeliver (3): two deliveries were held back", n)
+	}
+}

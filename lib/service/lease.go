@@ -152,6 +152,8 @@ func AcquireLease(ctx context.Context, js jetstream.JetStream, topo events.Topol
 			l.ok(sent)
 			if said {
 				log.Info("took over as the active instance", "lease", LeaseBucket+"."+l.key)
+			} else {
+				log.Info("active: this instance holds the lease", "lease", LeaseBucket+"."+l.key, "lease_ttl", ttl)
 			}
 			return l, nil
 		}

@@ -51,7 +51,18 @@ type gates struct {
 	waiting      map[string]*waitingGate
 	waitingOrder []string
 	maxWaiting   int
+
+	// uncached are confirmations an event of which a consumer held back
+	// (heldBack): never cached again here, since an earlier delivery still
+	// queued would seed the cache and a later one fold onto it, without
+	// the held-back event. Bounded (oldest forgotten first): a lease blip
+	// is rare and holds back a few.
+	uncached      map[string]bool
+	uncachedOrder []string
 }
+
+// maxUncached bounds gates.uncached.
+const maxUncached = 4096
 
 // waitingGate is what a deadline needs of an open confirmation: its gate
 // (plain data, judged as every reader judges) and the last event followed.
@@ -68,7 +79,7 @@ type waitingGate struct {
 }
 
 func newGates(max int, first func(id string) (uint64, bool)) *gates {
-	return &gates{m: map[string]*confirmation.State{}, max: max, first: first, waiting: map[string]*waitingGate{}, maxWaiting: heldWaiting}
+	return &gates{m: map[string]*confirmation.State{}, max: max, first: first, waiting: map[string]*waitingGate{}, maxWaiting: heldWaiting, uncached: map[string]bool{}}
 }
 
 // evict pushes the oldest state out of m; if its confirmation is open, its
@@ -149,6 +160,9 @@ func (g *gates) observe(d *events.Delivery) *confirmation.State {
 	id := d.Event.Subject()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.uncached[id] {
+		return nil
+	}
 	st := g.m[id]
 	if st == nil {
 		if w, ok := g.waiting[id]; ok {
@@ -179,6 +193,23 @@ func (g *gates) observe(d *events.Delivery) *confirmation.State {
 		return nil
 	}
 	return st
+}
+
+// heldBack forgets a confirmation an event of which a consumer held back,
+// and keeps it out of the cache from now on (see uncached).
+func (g *gates) heldBack(id string) {
+	g.mu.Lock()
+	delete(g.m, id)
+	delete(g.waiting, id)
+	if !g.uncached[id] {
+		g.uncached[id] = true
+		g.uncachedOrder = append(g.uncachedOrder, id)
+		if len(g.uncachedOrder) > maxUncached {
+			delete(g.uncached, g.uncachedOrder[0])
+			g.uncachedOrder = g.uncachedOrder[1:]
+		}
+	}
+	g.mu.Unlock()
 }
 
 // drop forgets a confirmation (its handler failed: the event comes back).

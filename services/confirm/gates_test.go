@@ -126,3 +126,26 @@ func TestGatesFollowEvictedOpenConfirmations(t *testing.T) {
 		t.Error("w3 after a redelivery: want the log")
 	}
 }
+
+// TestGatesHeldBackAreNotCachedAgain: once a consumer held back an event
+// of a confirmation (a lease blip), an earlier delivery still queued does
+// not seed the cache, and a later one is not folded onto a state that
+// misses the one held back.
+func TestGatesHeldBackAreNotCachedAgain(t *testing.T) {
+	req := events.ConfirmRequestedData{Message: "Go?", Requester: "t", Options: []events.Option{{Label: "Yes", Value: "yes"}, {Label: "No", Value: "no"}}}
+	g := newGates(8, func(string) (uint64, bool) { return 1, true })
+	g.heldBack("c1") // its answer (seq 2) was held back before the request was handled
+	if st := g.observe(delivery(t, events.ConfirmRequested, "c1", "r", 1, 1, req)); st != nil {
+		t.Fatal("a confirmation with an event held back was cached from its request")
+	}
+	if st := g.observe(delivery(t, events.ConfirmAnswered, "c1", "a2", 3, 1, events.ConfirmAnsweredData{Choice: "no", Method: events.MethodUser, By: "v"})); st != nil {
+		t.Fatal("a later answer was folded onto a state missing the one held back")
+	}
+	if st := g.state("c1"); st != nil {
+		t.Fatal("the command path judges a held-back confirmation from the cache")
+	}
+	// Others are cached as before.
+	if st := g.observe(delivery(t, events.ConfirmRequested, "c2", "r2", 1, 1, req)); st == nil {
+		t.Fatal("another confirmation is not cached")
+	}
+}

@@ -200,11 +200,12 @@ func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]event
 }
 
 // heldBack forgets the cached gate of a confirmation whose event the
-// consumer held back (events.ConsumerConfig.HeldBack): its next events
-// may come before it, and a command judging from the cache would miss it.
+// consumer held back (events.ConsumerConfig.HeldBack), and caches it no
+// more: its next events may come before it, and a command judging from
+// the cache would miss it.
 func (r *router) heldBack(subject string) {
 	if kind, id, _, ok := events.ParseSubject(subject); ok && kind == "confirm" {
-		r.gates.drop(id)
+		r.gates.heldBack(id)
 	}
 }
 

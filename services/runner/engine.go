@@ -740,7 +740,15 @@ func (e *engine) launch(ctx context.Context, d *events.Delivery, runID string, l
 			// lease, its delivery handed to the active instance: then the
 			// call is that one's to make.
 			if err := e.current(); err != nil {
-				settle(CallLost, err)
+				// Never made: no flight is left behind, so that a decision
+				// from the log (the delivery again, the sweep) launches it
+				// rather than take it for a retry waiting out its backoff.
+				e.mu.Lock()
+				if e.inflight[k] == f {
+					delete(e.inflight, k)
+				}
+				e.mu.Unlock()
+				finish(nil, err)
 				return
 			}
 		}
