@@ -721,33 +721,7 @@ func TestPausedInstanceDoesNotActOnResume(t *testing.T) {
 	}
 	c := startCluster(t)
 	tools := filepath.Join(repoRoot, "skills", "tools.yaml")
-	// A lease of 5 s: short enough for a quick take-over, long enough that
-	// a loaded machine (make test's -race on 2 cores) refreshes it in time
-	// (with 2 s, a slow refresh let the stand-by take it at once).
-	runner := func(name string) *proc {
-		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "5s",
-			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
-		p.start(t)
-		t.Cleanup(func() { p.stop() })
-		return p
-	}
-	active := runner("runner")
-	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
-		// Holding the lease before the stand-by starts: started first, it
-		// could still lose the race for the lease to the second on a
-		// loaded machine (which then is active without standing by).
-		if !strings.Contains(active.out.String(), "this instance holds the lease") {
-			return fmt.Errorf("the runner does not hold the lease yet:\n%s", lastLines(active.out.String(), 5))
-		}
-		return nil
-	})
-	standby := runner("runner-2")
-	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
-		if !strings.Contains(standby.out.String(), "standing by") {
-			return fmt.Errorf("the second runner does not stand by:\n%s", lastLines(standby.out.String(), 5))
-		}
-		return nil
-	})
+	active, standby := runnerAndStandby(t, c, tools)
 	nc, js := c.client(t)
 
 	// The active runner serves its commands (a run it does not know is
@@ -913,30 +887,7 @@ func TestPausedRunnerDoesNotCallToolsOnResume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	runner := func(name string) *proc {
-		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "5s",
-			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
-		p.start(t)
-		t.Cleanup(func() { p.stop() })
-		return p
-	}
-	active := runner("runner")
-	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
-		// Holding the lease before the stand-by starts: started first, it
-		// could still lose the race for the lease to the second on a
-		// loaded machine (which then is active without standing by).
-		if !strings.Contains(active.out.String(), "this instance holds the lease") {
-			return fmt.Errorf("the runner does not hold the lease yet:\n%s", lastLines(active.out.String(), 5))
-		}
-		return nil
-	})
-	standby := runner("runner-2")
-	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
-		if !strings.Contains(standby.out.String(), "standing by") {
-			return fmt.Errorf("the second runner does not stand by:\n%s", lastLines(standby.out.String(), 5))
-		}
-		return nil
-	})
+	active, standby := runnerAndStandby(t, c, tools)
 	checkFor(t, 60*time.Second, 200*time.Millisecond, func() error {
 		m, err := nc.Request("heed.cmd.run.get", []byte(`{"run_id":"r-none"}`), 2*time.Second)
 		if err != nil {
@@ -1230,4 +1181,38 @@ func TestServiceWaitsForNATS(t *testing.T) {
 	if code := svc.stop(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
+}
+
+// runnerAndStandby starts an active runner and, once it holds the lease,
+// a second that stands by, both with a lease of 5 s: short enough for a
+// quick take-over, long enough that a loaded machine (make test's -race on
+// 2 cores) refreshes it in time (with 2 s, a slow refresh let the stand-by
+// take it at once).
+func runnerAndStandby(t *testing.T, c *cluster, tools string) (active, standby *proc) {
+	t.Helper()
+	runner := func(name string) *proc {
+		p := &proc{name: name, args: []string{filepath.Join(serviceBins(t), "heed-runner"), "--nats-url", c.url, "--replicas", "3", "--lease-ttl", "5s",
+			"--tools", tools, "--log-format", "text"}, dir: repoRoot}
+		p.start(t)
+		t.Cleanup(func() { p.stop() })
+		return p
+	}
+	active = runner("runner")
+	checkFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		// Holding the lease before the stand-by starts: started first, it
+		// could still lose the race for the lease to the second on a
+		// loaded machine (which then is active without standing by).
+		if !strings.Contains(active.out.String(), "this instance holds the lease") {
+			return fmt.Errorf("the runner does not hold the lease yet:\n%s", lastLines(active.out.String(), 5))
+		}
+		return nil
+	})
+	standby = runner("runner-2")
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !strings.Contains(standby.out.String(), "standing by") {
+			return fmt.Errorf("the second runner does not stand by:\n%s", lastLines(standby.out.String(), 5))
+		}
+		return nil
+	})
+	return active, standby
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/heedhq/heed/events"
 	"github.com/heedhq/heed/events/command"
 	"github.com/heedhq/heed/lib/eventstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -26,21 +27,12 @@ func TestRequestsWithoutReply(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var handled atomic.Int64
-	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
-		handled.Add(1)
+	serveRunGet(t, ctx, bus, nc, &handled, func(req *command.GetRun) (any, error) {
 		if req.RunID == "missing" {
 			return nil, events.Errorf(events.CodeNotFound, "no run %q", req.RunID)
 		}
 		return command.RunEvents{RunID: req.RunID, Status: "running", Events: []command.StoredRaw{}}, nil
-	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
-	svc, err := micro.AddService(nc, micro.Config{Name: "test-commands", Version: "0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = svc.Stop() }()
-	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
-		t.Fatal(err)
-	}
+	})
 	const n = 200
 	for i := range n {
 		id := "r1"
@@ -84,18 +76,9 @@ func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var handled atomic.Int64
-	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
-		handled.Add(1)
+	serveRunGet(t, ctx, bus, nc, &handled, func(req *command.GetRun) (any, error) {
 		return command.RunEvents{RunID: req.RunID, Status: "running", Events: []command.StoredRaw{}}, nil
-	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
-	svc, err := micro.AddService(nc, micro.Config{Name: "test-commands", Version: "0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = svc.Stop() }()
-	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
-		t.Fatal(err)
-	}
+	})
 	js := bus.JetStream()
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STORED", Subjects: []string{"stored.>"}, Storage: jetstream.MemoryStorage})
 	if err != nil {
@@ -148,5 +131,23 @@ func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 	m, err := nc.Request(command.RunGet, []byte(`{"run_id":"r1"}`), 5*time.Second)
 	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" || handled.Load() != 1 {
 		t.Fatalf("a request: %v %v, handled %d", err, m, handled.Load())
+	}
+}
+
+// serveRunGet serves heed.cmd.run.get with f (dead letters on), counting
+// the requests handled in handled, until the test ends.
+func serveRunGet(t *testing.T, ctx context.Context, bus *events.Bus, nc *nats.Conn, handled *atomic.Int64, f func(req *command.GetRun) (any, error)) {
+	t.Helper()
+	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
+		handled.Add(1)
+		return f(req)
+	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
+	svc, err := micro.AddService(nc, micro.Config{Name: "test-commands", Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
+		t.Fatal(err)
 	}
 }

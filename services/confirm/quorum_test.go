@@ -65,24 +65,7 @@ type answerReply struct {
 
 func answerCmd(t *testing.T, nc *nats.Conn, id, choice, by string) answerReply {
 	t.Helper()
-	b, _ := json.Marshal(command.AnswerConfirmation{ID: id, Choice: choice, By: by, Channel: "test"})
-	m, err := nc.Request(command.ConfirmAnswer, b, 15*time.Second)
-	if err != nil {
-		t.Errorf("answer by %s: %v", by, err)
-		return answerReply{}
-	}
-	var r answerReply
-	if m.Header.Get(micro.ErrorCodeHeader) != "" {
-		r.err = &command.ErrorReply{}
-		if err := json.Unmarshal(m.Data, r.err); err != nil {
-			t.Errorf("error reply %s: %v", m.Data, err)
-		}
-		return r
-	}
-	if err := json.Unmarshal(m.Data, &r.ok); err != nil {
-		t.Errorf("reply %s: %v", m.Data, err)
-	}
-	return r
+	return answerWithRequest(t, nc, id, choice, by, "")
 }
 
 // TestQuorumTwoOfThree is issue 14's acceptance: 2 of 3 approvers needed,
@@ -247,24 +230,26 @@ func TestQuorumVoteOnceAndVeto(t *testing.T) {
 	}
 }
 
-// answerWithRequest is answerCmd with a request id.
+// answerWithRequest sends heed.cmd.confirm.answer, with a request id if
+// one is given.
 func answerWithRequest(t *testing.T, nc *nats.Conn, id, choice, by, requestID string) answerReply {
 	t.Helper()
 	b, _ := json.Marshal(command.AnswerConfirmation{ID: id, Choice: choice, By: by, Channel: "test", RequestID: requestID})
 	m, err := nc.Request(command.ConfirmAnswer, b, 15*time.Second)
 	if err != nil {
-		t.Fatalf("answer by %s: %v", by, err)
+		t.Errorf("answer by %s: %v", by, err)
+		return answerReply{}
 	}
 	var r answerReply
 	if m.Header.Get(micro.ErrorCodeHeader) != "" {
 		r.err = &command.ErrorReply{}
 		if err := json.Unmarshal(m.Data, r.err); err != nil {
-			t.Fatalf("error reply %s: %v", m.Data, err)
+			t.Errorf("error reply %s: %v", m.Data, err)
 		}
 		return r
 	}
 	if err := json.Unmarshal(m.Data, &r.ok); err != nil {
-		t.Fatalf("reply %s: %v", m.Data, err)
+		t.Errorf("reply %s: %v", m.Data, err)
 	}
 	return r
 }
