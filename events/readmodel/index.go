@@ -84,7 +84,8 @@ type IndexEntry struct {
 }
 
 // Index statuses. Runs: requested, running, paused, completed, failed,
-// cancelled, abandoned. Confirmations: pending, delegated, expired, answered.
+// cancelled, abandoned. Confirmations: pending, delegated, expired, answered,
+// withdrawn.
 // Escalations: held, approved, denied (events.EscalationHeld, ...).
 // Preferences and fixes: active, forgotten.
 const (
@@ -92,12 +93,13 @@ const (
 	StatusDelegated = "delegated"
 	StatusExpired   = "expired"
 	StatusAnswered  = "answered"
+	StatusWithdrawn = "withdrawn"
 )
 
 // Terminal reports whether the aggregate has finished.
 func (e IndexEntry) Terminal() bool {
 	switch e.Status {
-	case "completed", "failed", "cancelled", "abandoned", StatusAnswered, events.EscalationApproved, events.EscalationDenied:
+	case "completed", "failed", "cancelled", "abandoned", StatusAnswered, StatusWithdrawn, events.EscalationApproved, events.EscalationDenied:
 		return true
 	}
 	return false

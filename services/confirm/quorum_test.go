@@ -297,3 +297,48 @@ func TestAnswerRequestIDMakesARetryTakeEffectOnce(t *testing.T) {
 		t.Fatalf("resumed %d times", len(got))
 	}
 }
+
+// TestCancelWithdrawsTheConfirmation: a run cancelled while it waits at a
+// confirmation withdraws the question: heed.confirm.<id>.withdrawn names
+// the run and who cancelled it, the deadline is cancelled, and an answer
+// after it is refused as withdrawn (it used to "take effect" on a run
+// that was over, from every inbox that still showed it).
+func TestCancelWithdrawsTheConfirmation(t *testing.T) {
+	t.Parallel()
+	env := eventstest.Start(t)
+	start(t, env, router(confirm.Config{}), runnerSvc)
+	bus, nc := env.Bus(t), env.Conn(t)
+
+	run := startSkill(t, nc, quorumSkill)
+	cid := decode[events.RunPausedData](t, waitRun(t, bus, run, events.RunPaused)).ConfirmID
+	waitAsked(t, bus, cid)
+	if _, ok := scheduled(t, bus, cid); !ok {
+		t.Fatal("no deadline scheduled before the cancel")
+	}
+	b, _ := json.Marshal(command.CancelRun{RunID: run, By: "user:tester", Reason: "wrong cluster"})
+	m, err := nc.Request(command.RunCancel, b, 15*time.Second)
+	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("cancel: %v %v", err, m)
+	}
+	w := decode[events.ConfirmWithdrawnData](t, waitFor(t, bus, cid, events.ConfirmWithdrawn, 10*time.Second))
+	if w.RunID != run || w.By != "user:tester" || !strings.Contains(w.Reason, "wrong cluster") {
+		t.Fatalf("withdrawn %+v", w)
+	}
+	eventstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if _, ok := scheduled(t, bus, cid); ok {
+			return errors.New("the deadline of a withdrawn confirmation is still scheduled")
+		}
+		return nil
+	})
+	r := answerCmd(t, nc, cid, "approve", "alice")
+	if r.err == nil || r.err.Code != events.CodeConflict || !strings.Contains(r.err.Message, "withdrawn") {
+		t.Fatalf("an answer after the withdrawal: %+v %+v; want a conflict saying it was withdrawn", r.ok, r.err)
+	}
+	if got := ofType(logOf(t, bus, "confirm", cid), events.ConfirmAnswered); len(got) != 0 {
+		t.Fatalf("%d answers written after the withdrawal", len(got))
+	}
+	st, err := confirmation.Load(ctxFor(t, 10*time.Second), bus, cid)
+	if err != nil || st.Open() || st.Withdrawn == nil {
+		t.Fatalf("the confirmation after the withdrawal: open %v, withdrawn %+v, %v", st.Open(), st.Withdrawn, err)
+	}
+}
