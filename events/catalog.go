@@ -46,7 +46,6 @@ const (
 	ConfirmAnswered  Type = "heed.confirm.answered"
 	ConfirmExpired   Type = "heed.confirm.expired"
 	ConfirmDelegated Type = "heed.confirm.delegated"
-	ConfirmWithdrawn Type = "heed.confirm.withdrawn"
 	ConfirmRefused   Type = "heed.confirm.refused"
 )
 
@@ -118,7 +117,6 @@ var catalog = []TypeInfo{
 	{ConfirmExpired, []string{"confirm-router (when the deadline's schedule fires)", "agent"}, []string{"confirm-router", "runner", "escalator", "indexer"}, "a confirmation reached its deadline"},
 	{ConfirmRefused, []string{"confirm-router"}, []string{"indexer", "channels", "agents"}, "an answer did not take effect: why, and which answer did"},
 	{ConfirmDelegated, []string{"confirm-router"}, []string{"agents", "indexer"}, "a confirmation was handed to the run's agent (ai_assist)"},
-	{ConfirmWithdrawn, []string{"runner (its run was cancelled while it waited)"}, []string{"confirm-router", "channels", "indexer"}, "the question was withdrawn: its run ended without it; no answer takes effect any more"},
 	{PrefSet, []string{"confirm-router"}, []string{"learner", "indexer"}, "a choice was remembered (always for this skill step or error)"},
 	{PrefForgotten, []string{"cli"}, []string{"learner", "indexer"}, "a remembered choice was revoked"},
 	{EscalationRequested, []string{"escalator"}, []string{"escalator", "learner", "indexer"}, "an agent session asks to do a risky operation (never blocked: it goes on while the request is held)"},

@@ -254,14 +254,6 @@ type ConfirmExpiredData struct {
 }
 
 // ConfirmDelegatedData is heed.confirm.delegated.
-// ConfirmWithdrawnData: the question was withdrawn (its run was cancelled
-// while it waited); no answer takes effect any more.
-type ConfirmWithdrawnData struct {
-	RunID  string `json:"run_id,omitempty"`
-	By     string `json:"by,omitempty"`
-	Reason string `json:"reason"`
-}
-
 type ConfirmDelegatedData struct {
 	Agent    string         `json:"agent"`
 	RunID    string         `json:"run_id,omitempty"`
@@ -488,7 +480,7 @@ var dataTypes = map[Type]reflect.Type{
 	HealHealed: reflect.TypeFor[HealHealedData](), HealGaveUp: reflect.TypeFor[HealGaveUpData](), HealEscalated: reflect.TypeFor[HealEscalatedData](),
 	FixLearned: reflect.TypeFor[FixLearnedData](), FixForgotten: reflect.TypeFor[FixForgottenData](),
 	ConfirmRequested: reflect.TypeFor[ConfirmRequestedData](), ConfirmAnswered: reflect.TypeFor[ConfirmAnsweredData](), ConfirmExpired: reflect.TypeFor[ConfirmExpiredData](),
-	ConfirmDelegated: reflect.TypeFor[ConfirmDelegatedData](), ConfirmWithdrawn: reflect.TypeFor[ConfirmWithdrawnData](), ConfirmRefused: reflect.TypeFor[ConfirmRefusedData](),
+	ConfirmDelegated: reflect.TypeFor[ConfirmDelegatedData](), ConfirmRefused: reflect.TypeFor[ConfirmRefusedData](),
 	PrefSet: reflect.TypeFor[PrefSetData](), PrefForgotten: reflect.TypeFor[PrefForgottenData](),
 	EscalationRequested: reflect.TypeFor[EscalationRequestedData](), EscalationRouted: reflect.TypeFor[EscalationRoutedData](),
 	EscalationOffered: reflect.TypeFor[EscalationOfferedData](), EscalationEscalated: reflect.TypeFor[EscalationEscalatedData](),

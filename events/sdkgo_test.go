@@ -51,7 +51,6 @@ func samples() map[events.Type]any {
 		events.ConfirmAnswered:  events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "user:alice", Channel: "cli"},
 		events.ConfirmExpired:   events.ConfirmExpiredData{Deadline: at, Default: "cancel"},
 		events.ConfirmDelegated: events.ConfirmDelegatedData{Agent: "agent/js", Message: "Release?", Options: opts, Deadline: at},
-		events.ConfirmWithdrawn: events.ConfirmWithdrawnData{RunID: "r1", By: "agent/js", Reason: "run r1 was cancelled"},
 		events.ConfirmRefused:   events.ConfirmRefusedData{AnswerID: "a2", AnswerSeq: 7, Choice: "cancel", Method: events.MethodUser, By: "user:bob", Code: "already_answered", Reason: "already answered", Winner: &events.AnswerRef{EventID: "a1", Choice: "proceed", Method: events.MethodUser, By: "user:alice", At: at}},
 		events.PrefSet:          events.PrefSetData{Scope: events.ScopeSkillStep, Skill: "release", Step: "confirm", Choice: "proceed", By: "user:alice"},
 		events.PrefForgotten:    events.PrefForgottenData{By: "user:alice"},

@@ -84,8 +84,7 @@ type IndexEntry struct {
 }
 
 // Index statuses. Runs: requested, running, paused, completed, failed,
-// cancelled, abandoned. Confirmations: pending, delegated, expired, answered,
-// withdrawn.
+// cancelled, abandoned. Confirmations: pending, delegated, expired, answered.
 // Escalations: held, approved, denied (events.EscalationHeld, ...).
 // Preferences and fixes: active, forgotten.
 const (
@@ -93,13 +92,12 @@ const (
 	StatusDelegated = "delegated"
 	StatusExpired   = "expired"
 	StatusAnswered  = "answered"
-	StatusWithdrawn = "withdrawn"
 )
 
 // Terminal reports whether the aggregate has finished.
 func (e IndexEntry) Terminal() bool {
 	switch e.Status {
-	case "completed", "failed", "cancelled", "abandoned", StatusAnswered, StatusWithdrawn, events.EscalationApproved, events.EscalationDenied:
+	case "completed", "failed", "cancelled", "abandoned", StatusAnswered, events.EscalationApproved, events.EscalationDenied:
 		return true
 	}
 	return false

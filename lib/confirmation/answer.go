@@ -138,8 +138,6 @@ func Answer(ctx context.Context, bus *events.Bus, source, id string, a events.Co
 				return st, events.Errorf(events.CodeConflict, "confirmation %s expired at %s; its default %q applies", id, st.Expired.Deadline.UTC().Format(time.RFC3339), st.Gate.Default)
 			case RefusedNotAllowed:
 				return st, &events.Error{Code: events.CodeInvalidRequest, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
-			case RefusedWithdrawn:
-				return st, &events.Error{Code: events.CodeConflict, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			case RefusedVoted:
 				return st, &events.Error{Code: events.CodeConflict, Message: fmt.Sprintf("confirmation %s: %s", id, r.Reason), Err: r}
 			default:

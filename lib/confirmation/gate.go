@@ -40,7 +40,6 @@ const (
 	RefusedExpired     = "expired"          // the deadline passed; only its default applies
 	RefusedNotAllowed  = "not_allowed"      // the answerer is not one of the request's approvers
 	RefusedVoted       = "already_voted"    // this answerer's vote is counted already
-	RefusedWithdrawn   = "withdrawn"        // the question was withdrawn (its run was cancelled)
 )
 
 // Vote is an answer counted towards a quorum.
@@ -87,10 +86,6 @@ type Gate struct {
 	Default string  `json:"default,omitempty"`
 	Expired bool    `json:"expired,omitempty"`
 	Winner  *Winner `json:"winner,omitempty"`
-	// Withdrawn: the question was withdrawn before any answer took effect
-	// (heed.confirm.withdrawn); WithdrawnReason says why.
-	Withdrawn       bool   `json:"withdrawn,omitempty"`
-	WithdrawnReason string `json:"withdrawn_reason,omitempty"`
 	// AnyChoice: the request's options are not known to this reader (a
 	// projection entry written before heed kept them): every choice is
 	// taken as an option. Readers of the log never set it.
@@ -124,19 +119,9 @@ func (g *Gate) Request(d *events.ConfirmRequestedData) {
 	}
 }
 
-// Withdraw records that the question was withdrawn. After an answer took
-// effect it changes nothing.
-func (g *Gate) Withdraw(d *events.ConfirmWithdrawnData) {
-	if !g.Requested || g.Winner != nil || g.Withdrawn {
-		return
-	}
-	g.Withdrawn, g.WithdrawnReason = true, d.Reason
-}
-
-// Expire records the deadline. An expiry after the answer, or after the
-// question was withdrawn, changes nothing.
+// Expire records the deadline. An expiry after the answer changes nothing.
 func (g *Gate) Expire(d *events.ConfirmExpiredData) {
-	if !g.Requested || g.Winner != nil || g.Expired || g.Withdrawn {
+	if !g.Requested || g.Winner != nil || g.Expired {
 		return
 	}
 	// The deadline answers with the request's default: an expiry names
@@ -146,7 +131,7 @@ func (g *Gate) Expire(d *events.ConfirmExpiredData) {
 }
 
 // Open reports whether the confirmation still takes an answer.
-func (g *Gate) Open() bool { return g.Requested && g.Winner == nil && !g.Withdrawn }
+func (g *Gate) Open() bool { return g.Requested && g.Winner == nil }
 
 // Judge says whether answer a, arriving now, would take effect (nil) or
 // why not. It does not change the gate.
@@ -158,8 +143,6 @@ func (g *Gate) Judge(a *events.ConfirmAnsweredData) *Refusal {
 		w := g.Winner
 		return &Refusal{Code: RefusedAnswered, Winner: w,
 			Reason: fmt.Sprintf("already answered by %s at %s with %q (method %s)", w.By, w.At.UTC().Format("2006-01-02T15:04:05.000Z"), w.Choice, w.Method)}
-	case g.Withdrawn:
-		return &Refusal{Code: RefusedWithdrawn, Reason: "the question was withdrawn: " + g.WithdrawnReason}
 	case a.RunID != "" && a.RunID != g.RunID:
 		if g.RunID == "" {
 			return &Refusal{Code: RefusedRunMismatch, Reason: fmt.Sprintf("the answer names run %s but the confirmation belongs to no run", a.RunID)}

@@ -41,8 +41,6 @@ type State struct {
 	AnsweredAt time.Time
 	Expired    *events.ConfirmExpiredData
 	Delegated  *events.ConfirmDelegatedData
-	// Withdrawn is set when the question was withdrawn while open.
-	Withdrawn *events.ConfirmWithdrawnData
 	// Answers are every answer event in log order, each with its verdict.
 	Answers []AnswerRecord
 	bySeq   map[uint64]int // stored answers: sequence → index in Answers
@@ -133,15 +131,6 @@ func (s *State) Apply(ev *events.Event, seq uint64) (*Refusal, error) {
 			s.Expired = &d
 		}
 		s.Gate.Expire(&d)
-	case events.ConfirmWithdrawn:
-		var d events.ConfirmWithdrawnData
-		if err := json.Unmarshal(ev.Data(), &d); err != nil {
-			return nil, err
-		}
-		if s.Withdrawn == nil && s.Gate.Open() {
-			s.Withdrawn = &d
-		}
-		s.Gate.Withdraw(&d)
 	case events.ConfirmDelegated:
 		var d events.ConfirmDelegatedData
 		if err := json.Unmarshal(ev.Data(), &d); err != nil {

@@ -190,11 +190,6 @@ func (r *router) handleAnswers(ctx context.Context, d *events.Delivery) ([]event
 		out, err = r.judge(ctx, d.Event.Subject(), d, st)
 	case events.ConfirmExpired:
 		err = r.expire(ctx, d.Event.Subject(), r.expiryView(ctx, d, st))
-	case events.ConfirmWithdrawn:
-		// Nobody is asked any more: its deadline goes.
-		if perr := r.stream.Purge(ctx, jetstream.WithPurgeSubject(confirmation.ScheduleSubject(d.Event.Subject()))); perr != nil {
-			err = fmt.Errorf("purge the deadline of withdrawn %s: %w", d.Event.Subject(), perr)
-		}
 	default:
 		return nil, nil
 	}

@@ -119,14 +119,6 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 		if e.Status == "" {
 			e.Status = readmodel.StatusPending
 		}
-	case events.ConfirmWithdrawn:
-		var d events.ConfirmWithdrawnData
-		if err := json.Unmarshal(ev.Data(), &d); err != nil {
-			return events.Poison(err)
-		}
-		if g.Open() {
-			e.Status = readmodel.StatusWithdrawn
-		}
 	case events.ConfirmDelegated:
 		if g.Open() && e.Status == readmodel.StatusPending {
 			e.Status = readmodel.StatusDelegated
@@ -161,7 +153,7 @@ func applyConfirm(e *readmodel.IndexEntry, t events.Type, ev *events.Event) erro
 // gateOf rebuilds the gate of a confirmation from its index entry, before
 // the event applying (applying) changes it.
 func gateOf(e *readmodel.IndexEntry, applying string) *confirmation.Gate {
-	g := &confirmation.Gate{Requested: e.Options != nil, RunID: e.RunID, Options: e.Options, Default: e.Default, Expired: e.Status == readmodel.StatusExpired, Withdrawn: e.Status == readmodel.StatusWithdrawn}
+	g := &confirmation.Gate{Requested: e.Options != nil, RunID: e.RunID, Options: e.Options, Default: e.Default, Expired: e.Status == readmodel.StatusExpired}
 	if e.Options == nil && e.First.Type == string(events.ConfirmRequested) && e.First.ID != applying {
 		// An entry indexed before the index kept a confirmation's options:
 		// its request came first, its options are unknown here. (heed

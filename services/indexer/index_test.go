@@ -153,21 +153,3 @@ func TestForgettingWhatNeverWasIndexesNothing(t *testing.T) {
 		t.Fatalf("entries for a preference that never was: %v", s)
 	}
 }
-
-// TestIndexWithdrawn: a withdrawn confirmation leaves the pending ones
-// (heed confirm list, every inbox) and takes no answer after it.
-func TestIndexWithdrawn(t *testing.T) {
-	s := mapStore{}
-	apply(t, s, events.ConfirmRequested, "c1", "c1/requested", events.ConfirmRequestedData{
-		Message: "Release?", Requester: "heed/runner", RunID: "r1", Skill: "release", Step: "confirm",
-		Options: []events.Option{{Label: "Proceed", Value: "proceed"}, {Label: "Cancel", Value: "cancel"}},
-	})
-	apply(t, s, events.ConfirmWithdrawn, "c1", "c1/withdrawn", events.ConfirmWithdrawnData{RunID: "r1", By: "user:tester", Reason: "run r1 was cancelled by user:tester"})
-	if e := entry(t, s, "confirm.c1"); e.Status != readmodel.StatusWithdrawn || e.Open() || !e.Terminal() {
-		t.Fatalf("after the withdrawal: %+v (open %v)", e, e.Open())
-	}
-	apply(t, s, events.ConfirmAnswered, "c1", "late", events.ConfirmAnsweredData{Choice: "proceed", Method: events.MethodUser, By: "alice"})
-	if e := entry(t, s, "confirm.c1"); e.Status != readmodel.StatusWithdrawn || e.Choice != "" || e.Refused != 1 {
-		t.Fatalf("an answer after the withdrawal: %+v", e)
-	}
-}

@@ -330,7 +330,6 @@ func (c *commands) cancel(ctx context.Context, req *command.CancelRun) (any, err
 	if r.Terminal() {
 		return nil, events.Errorf(events.CodeConflict, "run %s is already %s", r.ID, r.Status)
 	}
-	waiting := pause(r)
 	ev, err := events.NewEvent(events.RunCancelled, r.ID, r.ID+"/cancelled", Source, events.RunCancelledData{By: actor(req.By), Reason: req.Reason})
 	if err != nil {
 		return nil, err
@@ -338,29 +337,7 @@ func (c *commands) cancel(ctx context.Context, req *command.CancelRun) (any, err
 	if err := c.publishRunEvent(ctx, r, ev); err != nil {
 		return nil, err
 	}
-	if waiting != nil && waiting.Reason == events.PauseAwaitingConfirmation && waiting.ConfirmID != "" {
-		c.withdraw(ctx, r.ID, waiting.ConfirmID, actor(req.By), req.Reason)
-	}
 	return command.RunReply{RunID: r.ID, Status: runstate.StatusCancelled}, nil
-}
-
-// withdraw closes the confirmation a cancelled run waited at: people are
-// no longer asked, its deadline is cancelled (the router), and an answer
-// after this takes no effect. Written after the cancel, with an id of its
-// own (a retried cancel writes it once); should it fail, the question
-// stays open until its deadline, as it did before heed withdrew them.
-func (c *commands) withdraw(ctx context.Context, runID, confirmID, by, reason string) {
-	why := "run " + runID + " was cancelled by " + by
-	if reason != "" {
-		why += ": " + textutil.Cut(reason, 1500)
-	}
-	ev, err := events.NewEvent(events.ConfirmWithdrawn, confirmID, confirmID+"/withdrawn", Source, events.ConfirmWithdrawnData{RunID: runID, By: by, Reason: why})
-	if err == nil {
-		_, err = c.e.bus.Publish(ctx, &ev)
-	}
-	if err != nil {
-		c.e.log.Warn("the cancelled run's confirmation was not withdrawn; it stays open until its deadline", "run", runID, "confirm", confirmID, "err", err)
-	}
 }
 
 // pause is what a run waits for from its agent, if anything: the paused

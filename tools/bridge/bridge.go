@@ -195,8 +195,6 @@ type Winner struct {
 	By      string `json:"by,omitempty"`
 	Channel string `json:"channel,omitempty"`
 	Method  string `json:"method"`
-	// Reason is why the question was withdrawn (method withdrawn).
-	Reason string `json:"reason,omitempty"`
 }
 
 // Describe says how a request closed, for a channel to show in place of
@@ -209,8 +207,6 @@ func (w Winner) Describe(o Offer) string {
 		}
 	}
 	switch w.Method {
-	case MethodWithdrawn:
-		return "withdrawn: " + textutil.OneLine(w.Reason)
 	case events.MethodTimeout:
 		return fmt.Sprintf("expired: default %s", label)
 	case events.MethodUser, events.MethodAgent:
@@ -374,16 +370,9 @@ func (w *watcher) reconcile(ctx context.Context) bool {
 	return ctx.Err() == nil
 }
 
-// MethodWithdrawn is a Winner's method when nothing answered: the question
-// was withdrawn (its run was cancelled).
-const MethodWithdrawn = "withdrawn"
-
 // WinnerOf is the answer that closed a confirmation (method "unknown"
 // when the state does not say).
 func WinnerOf(st *confirmation.State) *Winner {
-	if st != nil && st.Answer == nil && st.Withdrawn != nil {
-		return &Winner{Method: MethodWithdrawn, By: st.Withdrawn.By, Reason: st.Withdrawn.Reason}
-	}
 	if st == nil || st.Answer == nil {
 		return &Winner{Method: "unknown"}
 	}

@@ -261,14 +261,3 @@ func TestOfferIsSafeToShow(t *testing.T) {
 		t.Errorf("option %+v, want label %q and value proceed", o.Options[0], want)
 	}
 }
-
-// TestWithdrawnOfferSaysSo: an offer whose run was cancelled closes with
-// why, not as an answer by nobody.
-func TestWithdrawnOfferSaysSo(t *testing.T) {
-	st := &confirmation.State{ID: "c-1", Request: &events.ConfirmRequestedData{Message: "Go?"},
-		Withdrawn: &events.ConfirmWithdrawnData{RunID: "r1", By: "user:tester", Reason: "run r1 was cancelled by user:tester"}}
-	w := bridge.WinnerOf(st)
-	if got, want := w.Describe(bridge.NewOffer(st)), "withdrawn: run r1 was cancelled by user:tester"; got != want {
-		t.Fatalf("describe %q, want %q", got, want)
-	}
-}

@@ -538,8 +538,6 @@ func printConfirm(w writer, pal palette, st *confirmation.State) {
 	switch {
 	case st.Answer != nil:
 		fmt.Fprintf(w, "%s %q by %s (%s) at %s\n", pal.status("answered"), st.Answer.Choice, oneLine(st.Answer.By), st.Answer.Method, st.AnsweredAt.Local().Format(time.DateTime))
-	case st.Withdrawn != nil:
-		fmt.Fprintf(w, "%s: %s\n", pal.status("withdrawn"), oneLine(st.Withdrawn.Reason))
 	case st.Expired != nil:
 		fmt.Fprintf(w, "%s at %s; default %q applies\n", pal.status("expired"), st.Expired.Deadline.Local().Format(time.DateTime), st.Expired.Default)
 	default:

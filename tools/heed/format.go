@@ -112,10 +112,6 @@ func summarize(ev *events.Event) string {
 	case events.ConfirmDelegated:
 		add("to ", s("agent"))
 		add("run ", s("run_id"))
-	case events.ConfirmWithdrawn:
-		add("run ", s("run_id"))
-		add("by ", s("by"))
-		add("", s("reason"))
 	case events.RunWarning:
 		add("", s("step"))
 		add("", s("message"))

@@ -53,7 +53,7 @@ func (p palette) status(s string) string {
 		return p.paint(sgrGreen, s)
 	case "failed", "missing", "degraded", "abandoned", "error":
 		return p.paint(sgrRed, s)
-	case "paused", "waiting", "pending", "expired", "cancelled", "withdrawn", "requested":
+	case "paused", "waiting", "pending", "expired", "cancelled", "requested":
 		return p.paint(sgrYellow, s)
 	case "running", "started":
 		return p.paint(sgrBlue, s)
