@@ -108,7 +108,7 @@ func (d *deadlineConsumer) start(cons jetstream.Consumer) (jetstream.ConsumeCont
 			d.mu.Unlock()
 		}
 		d.work <- m
-	}, jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(events.PullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			select {
 			case d.lost <- struct{}{}:
