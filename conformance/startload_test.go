@@ -15,7 +15,7 @@ import (
 // (skills of about 190 KiB, every step an expression to compile, refused
 // at the end for a tool the runner does not have, so that they cost the
 // request and nothing after it), small start requests are still answered
-// quickly: p50 within 50 ms and p90 within 250 ms (p90 alone under
+// quickly: p50 within 50 ms and p90 within 500 ms (p90 within 250 ms alone under
 // -short).
 func TestStartStaysAnswered(t *testing.T) {
 	h := startHeed(t)
@@ -84,16 +84,17 @@ func TestStartStaysAnswered(t *testing.T) {
 		}
 		return
 	}
-	// The median within 50 ms, and p90 within 250 ms: queued behind the
+	// The median within 50 ms, and p90 within 500 ms: queued behind the
 	// large ones, most small starts took about 1 s, which fails both. p90
 	// alone at 50 ms was decided by moments of CPU lost to the packages
 	// make test runs beside this one (50.98 ms once in CI on p99; p90 133
-	// ms with p50 4.6 ms once on a clean clone, where alone it gives p99
-	// 17-35 ms).
+	// ms with p50 4.6 ms once on a clean clone, and 404 ms with p50 43 ms
+	// on another, where alone it gives p99 17-38 ms): the median is what
+	// tells the cure.
 	if p50 > 50*time.Millisecond {
 		t.Errorf("p50 %s, want within 50 ms", p50)
 	}
-	if p90 := lat[len(lat)*9/10]; p90 > 250*time.Millisecond {
-		t.Errorf("p90 %s, want within 250 ms", p90)
+	if p90 := lat[len(lat)*9/10]; p90 > 500*time.Millisecond {
+		t.Errorf("p90 %s, want within 500 ms", p90)
 	}
 }
