@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // confirmSkill is a skill whose first step is a confirmation with a
@@ -586,4 +589,68 @@ func TestInvalidChoiceRefused(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAnswerRequestIDFromOutside: heed.cmd.confirm.answer's request_id from
+// a plain NATS client with JSON. Sent twice (a retry after a timeout), the
+// second reply is the first's and the log holds one answer; the same id
+// with another choice is a conflict; a request_id that is not a string of
+// 1 to 128 characters is refused as invalid_request naming the field, and
+// nothing is written for it. A request that asks for its reply in an API's
+// namespace ($JS.…) gets no reply there and acts on nothing.
+func TestAnswerRequestIDFromOutside(t *testing.T) {
+	h := startHeed(t)
+	runID, cid, run := pauseAtConfirm(t, h, confirmSkill(300))
+
+	for _, bad := range []any{"", strings.Repeat("x", 129), 7, map[string]any{"id": "x"}} {
+		err := request(h.nc, "heed.cmd.confirm.answer", map[string]any{"id": cid, "choice": "proceed", "by": "user:alice", "request_id": bad}, nil)
+		var ce *cmdError
+		if !errors.As(err, &ce) || ce.Code != "invalid_request" || !strings.Contains(ce.Message, "request_id") {
+			t.Errorf("request_id %v: %v; want invalid_request naming request_id", bad, err)
+		}
+	}
+	// Asked to reply onto the JetStream API (as the service's rights): the
+	// command is not served at all; the confirmation stays unanswered.
+	spy, err := h.nc.SubscribeSync("$JS.API.STREAM.INFO.HEED_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"id": cid, "choice": "proceed", "by": "user:alice"})
+	if err := h.nc.PublishRequest("heed.cmd.confirm.answer", "$JS.API.STREAM.INFO.HEED_EVENTS", body); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := spy.NextMsg(2 * time.Second); err == nil && m.Header.Get("Nats-Service-Error-Code") == "" && strings.Contains(string(m.Data), `"choice"`) {
+		t.Errorf("the service replied onto $JS.API.STREAM.INFO.HEED_EVENTS: %s", m.Data)
+	}
+	if n := len(run.find(isSubject("heed.run." + runID + ".resumed"))); n != 0 {
+		t.Fatalf("a request replying into $JS.API took effect: the run resumed")
+	}
+
+	var first, again answerReply
+	mustRequest(t, h.nc, "heed.cmd.confirm.answer", map[string]any{"id": cid, "choice": "proceed", "by": "user:alice", "request_id": "click-42"}, &first)
+	mustRequest(t, h.nc, "heed.cmd.confirm.answer", map[string]any{"id": cid, "choice": "proceed", "by": "user:alice", "request_id": "click-42"}, &again)
+	if first.EventID == "" || again.EventID != first.EventID || again.Seq != first.Seq || again.By != "user:alice" {
+		t.Fatalf("the same request twice: %+v then %+v; want the same answer", first, again)
+	}
+	err = request(h.nc, "heed.cmd.confirm.answer", map[string]any{"id": cid, "choice": "cancel", "by": "user:alice", "request_id": "click-42"}, nil)
+	var ce *cmdError
+	if !errors.As(err, &ce) || ce.Code != "conflict" || !strings.Contains(ce.Message, `request id "click-42"`) {
+		t.Errorf("the same request id with another choice: %v; want a conflict naming it", err)
+	}
+	stream, err := h.js.Stream(ctxFor(t, 10*time.Second), eventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := 0
+	for seq := uint64(1); ; {
+		m, err := stream.GetMsg(ctxFor(t, 10*time.Second), seq, jetstream.WithGetMsgSubject("heed.confirm."+cid+".answered"))
+		if err != nil {
+			break
+		}
+		answers++
+		seq = m.Sequence + 1
+	}
+	if answers != 1 {
+		t.Errorf("%d answers in the log, want 1", answers)
+	}
 }
