@@ -21,13 +21,8 @@ import (
 // micro reads it: a data race), a failure is dead-lettered once, and the
 // endpoint goes on answering requests that have a reply.
 func TestRequestsWithoutReply(t *testing.T) {
-	env := eventstest.Start(t)
-	bus := env.Bus(t)
-	nc := env.Conn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var handled atomic.Int64
-	serveRunGet(t, ctx, bus, nc, &handled, func(req *command.GetRun) (any, error) {
+	ctx := t.Context()
+	bus, nc, handled := serveRunGet(t, func(req *command.GetRun) (any, error) {
 		if req.RunID == "missing" {
 			return nil, events.Errorf(events.CodeNotFound, "no run %q", req.RunID)
 		}
@@ -70,13 +65,8 @@ func TestRequestsWithoutReply(t *testing.T) {
 // subject, or a request whose reply subject is an API's; requests still
 // are.
 func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
-	env := eventstest.Start(t)
-	bus := env.Bus(t)
-	nc := env.Conn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var handled atomic.Int64
-	serveRunGet(t, ctx, bus, nc, &handled, func(req *command.GetRun) (any, error) {
+	ctx := t.Context()
+	bus, nc, handled := serveRunGet(t, func(req *command.GetRun) (any, error) {
 		return command.RunEvents{RunID: req.RunID, Status: "running", Events: []command.StoredRaw{}}, nil
 	})
 	js := bus.JetStream()
@@ -134,11 +124,13 @@ func TestJetStreamDeliveriesAreNotCommands(t *testing.T) {
 	}
 }
 
-// serveRunGet serves heed.cmd.run.get with f (dead letters on), counting
-// the requests handled in handled, until the test ends.
-func serveRunGet(t *testing.T, ctx context.Context, bus *events.Bus, nc *nats.Conn, handled *atomic.Int64, f func(req *command.GetRun) (any, error)) {
+// serveRunGet starts a server and serves heed.cmd.run.get with f on it
+// (dead letters on) until the test ends, counting the requests handled.
+func serveRunGet(t *testing.T, f func(req *command.GetRun) (any, error)) (bus *events.Bus, nc *nats.Conn, handled *atomic.Int64) {
 	t.Helper()
-	h := command.Handler(ctx, bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
+	env := eventstest.Start(t)
+	bus, nc, handled = env.Bus(t), env.Conn(t), new(atomic.Int64)
+	h := command.Handler(t.Context(), bus.Codec().Validator(), command.RunGet, 5*time.Second, func(_ context.Context, req *command.GetRun) (any, error) {
 		handled.Add(1)
 		return f(req)
 	}, command.All{command.DeadLetters{Bus: bus, Service: "test-commands", Log: eventstest.Logger(t)}})
@@ -150,4 +142,5 @@ func serveRunGet(t *testing.T, ctx context.Context, bus *events.Bus, nc *nats.Co
 	if err := svc.AddEndpoint("get", h, micro.WithEndpointSubject(command.RunGet)); err != nil {
 		t.Fatal(err)
 	}
+	return bus, nc, handled
 }

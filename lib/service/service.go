@@ -49,8 +49,10 @@ type Runtime struct {
 	// Metrics are the service's own Prometheus registry and families.
 	Metrics *Metrics
 
-	mu     sync.Mutex
-	lease  *Lease // the active instance's, when the service runs with one
+	mu sync.Mutex
+	// lease is the active instance's, when the service runs with one: read
+	// before every command and delivery (Current), so without the lock.
+	lease  atomic.Pointer[Lease]
 	checks map[string]func() any
 	micro  micro.Service
 	hcfg   HealthConfig
@@ -64,10 +66,7 @@ type Runtime struct {
 // error: a command's caller asks again and reaches the active instance.
 // Commands check it before they act (command.Gate).
 func (rt *Runtime) Current() error {
-	rt.mu.Lock()
-	l := rt.lease
-	rt.mu.Unlock()
-	if l.Fresh() {
+	if rt.lease.Load().Fresh() {
 		return nil
 	}
 	return events.Errorf(events.CodeUnavailable, "heed-%s: this instance has not refreshed its lease for most of its TTL (paused, or cut off): another may be active; ask again", rt.Name)
@@ -486,9 +485,7 @@ func (f *Flags) main(name string, run RunFunc) int {
 			return 1
 		}
 		active.Store(true)
-		rt.mu.Lock()
-		rt.lease = lease
-		rt.mu.Unlock()
+		rt.lease.Store(lease)
 		if !serveHealth() {
 			rt.Close()
 			return 1

@@ -108,10 +108,20 @@ func levenshtein(a, b string) int {
 // and paragraph separators, a byte-order mark) is shown as its Go escape
 // (\n, \x1b, \u202e), so text an agent wrote cannot clear the screen, fake
 // a line or reorder what a person reads. Invalid UTF-8 shows as \ufffd.
-func OneLine(s string) string {
+func OneLine(s string) string { return escapeUnsafe(s, false) }
+
+// Lines is OneLine for text of several lines (a confirmation's
+// message): line breaks and tabs stay, a carriage return and everything
+// else OneLine escapes is escaped the same way.
+func Lines(s string) string { return escapeUnsafe(s, true) }
+
+// escapeUnsafe shows every unsafe rune of s as its Go escape; with
+// multiLine, line feeds and tabs stay as they are.
+func escapeUnsafe(s string, multiLine bool) string {
+	unsafe := func(r rune) bool { return unsafeRune(r) && !(multiLine && (r == '\n' || r == '\t')) }
 	clean := true
 	for _, r := range s {
-		if unsafeRune(r) {
+		if unsafe(r) {
 			clean = false
 			break
 		}
@@ -121,7 +131,7 @@ func OneLine(s string) string {
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if !unsafeRune(r) {
+		if !unsafe(r) {
 			b.WriteRune(r)
 			continue
 		}
@@ -138,25 +148,6 @@ func OneLine(s string) string {
 			} else {
 				fmt.Fprintf(&b, `\u%04x`, r)
 			}
-		}
-	}
-	return b.String()
-}
-
-// Lines is OneLine for text of several lines (a confirmation's
-// message): line breaks and tabs stay, a carriage return and everything
-// else OneLine escapes is escaped the same way.
-func Lines(s string) string {
-	var b strings.Builder
-	for i, l := range strings.Split(s, "\n") {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		for j, part := range strings.Split(l, "\t") {
-			if j > 0 {
-				b.WriteByte('\t')
-			}
-			b.WriteString(OneLine(part))
 		}
 	}
 	return b.String()

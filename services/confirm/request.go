@@ -132,10 +132,7 @@ func requestReply(in *command.AnswerConfirmation, st *confirmation.State, eventI
 		if st.AnswerID == eventID {
 			return answerReply(in.ID, st), nil
 		}
-		rep := answerReply(in.ID, st)
-		rep.EventID, rep.Seq, rep.Choice, rep.Method, rep.By, rep.Channel, rep.RunID, rep.At = a.EventID, a.Seq, a.Data.Choice, a.Data.Method, a.Data.By, a.Data.Channel, a.Data.RunID, a.At.UTC()
-		rep.Counted, rep.Needed = true, st.Gate.Needed(a.Data.Choice)
-		return rep, nil
+		return voteReply(in.ID, st, a), nil
 	}
 	return answerReply(in.ID, st), nil
 }
@@ -144,14 +141,8 @@ func requestReply(in *command.AnswerConfirmation, st *confirmation.State, eventI
 // a quorum, the vote counted (then the last of the state's answers), with
 // the votes so far and how many more its choice needs.
 func answerReply(id string, st *confirmation.State) command.AnswerReply {
-	var votes []command.Vote
-	for _, v := range st.Gate.Votes {
-		votes = append(votes, command.Vote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
-	}
 	if st.Answer == nil && len(st.Answers) > 0 {
-		a := st.Answers[len(st.Answers)-1]
-		return command.AnswerReply{ID: id, EventID: a.EventID, Seq: a.Seq, Choice: a.Data.Choice, Method: a.Data.Method, By: a.Data.By, Channel: a.Data.Channel, RunID: a.Data.RunID, At: a.At.UTC(),
-			Counted: true, Votes: votes, Needed: st.Gate.Needed(a.Data.Choice)}
+		return voteReply(id, st, st.Answers[len(st.Answers)-1])
 	}
 	var seq uint64
 	for _, a := range st.Answers {
@@ -160,7 +151,22 @@ func answerReply(id string, st *confirmation.State) command.AnswerReply {
 		}
 	}
 	a := st.Answer
-	return command.AnswerReply{ID: id, EventID: st.AnswerID, Seq: seq, Choice: a.Choice, Method: a.Method, By: a.By, Channel: a.Channel, RunID: a.RunID, At: st.AnsweredAt.UTC(), Votes: votes}
+	return command.AnswerReply{ID: id, EventID: st.AnswerID, Seq: seq, Choice: a.Choice, Method: a.Method, By: a.By, Channel: a.Channel, RunID: a.RunID, At: st.AnsweredAt.UTC(), Votes: votesOf(st)}
+}
+
+// voteReply is the reply for the counted vote a: the votes so far and how
+// many more its choice needs.
+func voteReply(id string, st *confirmation.State, a confirmation.AnswerRecord) command.AnswerReply {
+	return command.AnswerReply{ID: id, EventID: a.EventID, Seq: a.Seq, Choice: a.Data.Choice, Method: a.Data.Method, By: a.Data.By, Channel: a.Data.Channel, RunID: a.Data.RunID, At: a.At.UTC(),
+		Counted: true, Votes: votesOf(st), Needed: st.Gate.Needed(a.Data.Choice)}
+}
+
+func votesOf(st *confirmation.State) []command.Vote {
+	var votes []command.Vote
+	for _, v := range st.Gate.Votes {
+		votes = append(votes, command.Vote{Choice: v.Choice, By: v.By, Channel: v.Channel, At: v.At})
+	}
+	return votes
 }
 
 // deadlineBody is the plain JSON a deadline's schedule carries (and its
