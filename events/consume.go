@@ -256,9 +256,8 @@ type Consumer struct {
 	held    sync.WaitGroup // held deliveries
 
 	handled, dead, retried, skipped atomic.Uint64
-	// gatedLogged is when a delivery the gate held back was last logged
-	// (Unix ns), gated how many it held back since.
-	gatedLogged, gated atomic.Int64
+	// gated counts the deliveries the gate held back, for the log.
+	gated Tally
 	// lastDelivery is the consumer sequence of the last message this
 	// process received (see Delivery.afterPrevious).
 	lastDelivery atomic.Uint64
@@ -733,13 +732,10 @@ func (c *Consumer) noteGated(subject string, seq uint64, err error) {
 	if c.cfg.HeldBack != nil {
 		c.cfg.HeldBack(subject)
 	}
-	n := c.gated.Add(1)
-	now := time.Now().UnixNano()
-	last := c.gatedLogged.Load()
-	if now-last < int64(time.Second) || !c.gatedLogged.CompareAndSwap(last, now) {
+	n, log := c.gated.Add()
+	if !log {
 		return
 	}
-	c.gated.Add(-n)
 	c.log.Warn("deliveries left unhandled: this instance may not act now; the server delivers them again", "held_back", n, "subject", subject, "seq", seq, "why", err.Error())
 }
 

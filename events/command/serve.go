@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/heedhq/heed/events"
@@ -63,10 +62,8 @@ type serveOptions struct {
 	gates []func() error
 	// busyDead bounds the dead letters of busy refusals being written.
 	busyDead chan struct{}
-	// deliveriesLogged is when a message that is not a request (see
-	// notARequest) was last logged (Unix ns), deliveriesRefused how many
-	// were refused since.
-	deliveriesLogged, deliveriesRefused atomic.Int64
+	// refused counts the messages that are not requests (notARequest).
+	refused events.Tally
 }
 
 func (o *serveOptions) log() *slog.Logger {
@@ -192,13 +189,10 @@ func (o *serveOptions) refuse(r micro.Request, why string) {
 	if _, _, ok := jetStreamDelivery(r.Reply()); ok {
 		_ = r.Respond([]byte("+TERM"))
 	}
-	n := o.deliveriesRefused.Add(1)
-	now := time.Now().UnixNano()
-	last := o.deliveriesLogged.Load()
-	if now-last < int64(time.Second) || !o.deliveriesLogged.CompareAndSwap(last, now) {
+	n, log := o.refused.Add()
+	if !log {
 		return
 	}
-	o.deliveriesRefused.Add(-n)
 	o.log().Warn("refused messages on a command subject that are not a client's request", "subject", r.Subject(), "why", why, "refused", n)
 }
 
